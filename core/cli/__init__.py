@@ -1,0 +1,1 @@
+"""The `kinject` command line (typer + rich)."""

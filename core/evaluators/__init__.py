@@ -1,0 +1,1 @@
+"""Built-in evaluators (metrics), registered through the ``kinject.evaluators`` entry points."""

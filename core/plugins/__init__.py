@@ -1,0 +1,1 @@
+"""Namespace for kinject's built-in strategy plugins (each in plugins/<method>/)."""

@@ -1,0 +1,209 @@
+"""Lazy, typed plugin registries read from entry points.
+
+Listing reads entry-point metadata and the plugin's source text (for its one-line description); it
+imports no plugin and no torch. A plugin is imported on first ``get``. A plugin that fails to load is
+reported with its name, distribution and error, and breaks nothing else.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib
+import importlib.util
+import sys
+import threading
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from kinject.errors import PluginLoadError, UnknownNameError
+
+GROUPS: dict[str, str] = {
+    "strategies": "kinject.strategies",
+    "tasks": "kinject.tasks",
+    "sources": "kinject.sources",
+    "evaluators": "kinject.evaluators",
+}
+SINGULAR = {"strategies": "strategy", "tasks": "task", "sources": "source", "evaluators": "evaluator"}
+BASE_CLASSES = {
+    "strategies": "kinject.interfaces:Strategy",
+    "tasks": "kinject.interfaces:Task",
+    "sources": "kinject.interfaces:KnowledgeSource",
+    "evaluators": "kinject.interfaces:Evaluator",
+}
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """What listing knows about a plugin without importing it."""
+
+    kind: str
+    name: str
+    value: str
+    distribution: str
+    version: str
+    description: str
+    health: str  # "ok" or "broken"
+    error: str = ""
+
+
+def _dist_of(ep: EntryPoint) -> tuple[str, str]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return "?", "?"
+    return dist.metadata["Name"], dist.version
+
+
+def _static_inspect(value: str) -> tuple[str, str]:
+    """Find a plugin's docstring and obvious breakage from its source, without executing it.
+
+    Returns (description, error). Checks: the module is findable, parses, defines the attribute, and
+    every top-level absolute import names an installed package.
+    """
+    module_name, _, attr = value.partition(":")
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError) as exc:
+        return "", f"module {module_name!r} not found ({exc})"
+    if spec is None or spec.origin is None:
+        return "", f"module {module_name!r} not found"
+    try:
+        with open(spec.origin, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), filename=spec.origin)
+    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        return "", f"cannot read {spec.origin}: {exc}"
+    missing = []
+    for node in tree.body:
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        for name in names:
+            top = name.split(".")[0]
+            if top in sys.builtin_module_names or top == "__future__":
+                continue
+            if importlib.util.find_spec(top) is None:
+                missing.append(top)
+    if missing:
+        return "", f"missing dependency: {', '.join(sorted(set(missing)))}"
+    if not attr:
+        doc = (ast.get_docstring(tree) or "").strip()
+        return (doc.splitlines()[0] if doc else ""), ""
+    first = attr.split(".")[0]
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == first:
+            doc = (ast.get_docstring(node) or "").strip()
+            return (doc.splitlines()[0] if doc else ""), ""
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == first for t in node.targets):
+            return "", ""
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == first for a in node.names):
+            return "", ""
+    return "", f"{module_name} defines no {attr!r}"
+
+
+class Registry:
+    """Plugins of one kind (strategies, tasks, sources or evaluators), discovered from entry points."""
+
+    def __init__(self, kind: str):
+        if kind not in GROUPS:
+            raise ValueError(f"unknown registry kind {kind!r}")
+        self.kind = kind
+        self.group = GROUPS[kind]
+        self._lock = threading.Lock()
+        self._loaded: dict[str, Any] = {}
+        self._extra: dict[str, Any] = {}
+
+    # -- discovery -------------------------------------------------------------------------------
+    def _entry_points(self) -> dict[str, EntryPoint]:
+        found: dict[str, EntryPoint] = {}
+        for ep in entry_points(group=self.group):
+            found.setdefault(ep.name, ep)  # first distribution wins, as pluggy does
+        return found
+
+    def names(self) -> list[str]:
+        return sorted(set(self._entry_points()) | set(self._extra))
+
+    def register(self, name: str, obj: Any) -> None:
+        """Register an object in-process (tests, notebooks). Entry points are the normal path."""
+        with self._lock:
+            self._extra[name] = obj
+            self._loaded.pop(name, None)
+
+    def info(self, name: str) -> PluginInfo:
+        if name in self._extra:
+            obj = self._extra[name]
+            doc = (obj.__doc__ or "").strip().splitlines()
+            return PluginInfo(self.kind, name, f"{obj.__module__}:{obj.__qualname__}", "(in-process)", "",
+                              doc[0] if doc else "", "ok")
+        ep = self._entry_points().get(name)
+        if ep is None:
+            raise self.unknown(name)
+        dist, version = _dist_of(ep)
+        description, error = _static_inspect(ep.value)
+        return PluginInfo(self.kind, name, ep.value, dist, version, description,
+                          "broken" if error else "ok", error)
+
+    def infos(self) -> list[PluginInfo]:
+        return [self.info(name) for name in self.names()]
+
+    def unknown(self, name: str) -> UnknownNameError:
+        names = self.names()
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        known = f" Known: {', '.join(names)}." if names else ""
+        return UnknownNameError(f"unknown {SINGULAR[self.kind]} {name!r}.{hint}{known}")
+
+    # -- loading -------------------------------------------------------------------------------
+    def get(self, name: str) -> Any:
+        """Import and return the plugin class; checks it is a subclass of the kind's base class."""
+        with self._lock:
+            if name in self._loaded:
+                return self._loaded[name]
+            if name in self._extra:
+                obj = self._extra[name]
+            else:
+                ep = self._entry_points().get(name)
+                if ep is None:
+                    raise self.unknown(name)
+                dist, version = _dist_of(ep)
+                try:
+                    obj = ep.load()
+                except Exception as exc:  # a broken plugin must not break anything else
+                    raise PluginLoadError(
+                        f"{SINGULAR[self.kind]} {name!r} from {dist} {version} failed to import: "
+                        f"{type(exc).__name__}: {exc}") from exc
+            base = _load_ref(BASE_CLASSES[self.kind])
+            if not (isinstance(obj, type) and issubclass(obj, base)):
+                raise PluginLoadError(f"{SINGULAR[self.kind]} {name!r} ({obj!r}) is not a {base.__name__}")
+            if getattr(obj, "name", None) in (None, "", base.name):
+                obj.name = name
+            self._loaded[name] = obj
+            return obj
+
+    def check(self, name: str) -> str:
+        """Import the plugin for real; return '' if it loads, else the error text."""
+        try:
+            self.get(name)
+        except (PluginLoadError, UnknownNameError) as exc:
+            return str(exc)
+        return ""
+
+
+def _load_ref(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+_REGISTRIES: dict[str, Registry] = {}
+
+
+def registry(kind: str) -> Registry:
+    """The process-wide registry of one kind."""
+    if kind not in _REGISTRIES:
+        _REGISTRIES[kind] = Registry(kind)
+    return _REGISTRIES[kind]

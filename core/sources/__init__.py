@@ -1,0 +1,1 @@
+"""Built-in knowledge sources (registered through the ``kinject.sources`` entry points)."""

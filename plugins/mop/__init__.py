@@ -1,0 +1,1 @@
+"""kinject.plugins.mop (to be built)."""

@@ -1,0 +1,1 @@
+"""kinject.plugins.pretrain (to be built)."""

@@ -1,0 +1,1 @@
+"""kinject.plugins.stilt (to be built)."""

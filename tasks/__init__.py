@@ -1,0 +1,1 @@
+"""kinject's built-in tasks (registered through the ``kinject.tasks`` entry points)."""

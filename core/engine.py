@@ -318,3 +318,31 @@ def summarize_repeats(per_seed: dict[int, dict]) -> dict[str, Any]:
                                         "std": statistics.stdev(series) if len(series) > 1 else 0.0,
                                         "n": len(series), "values": series}
     return summary
+
+
+def execute_group(run: RunContext, output: Path) -> dict[str, Any]:
+    """Run the strategy on every member of a task group (e.g. BLURB) and write the group summary.
+
+    Members whose data is missing are skipped and named in the summary.
+    """
+    from kinject.errors import DataMissingError
+    from kinject.interfaces import TaskGroup
+
+    assert isinstance(run.task, TaskGroup)
+    member_metrics: dict[str, dict] = {}
+    missing: dict[str, str] = {}
+    for member in run.task.members(run.env):
+        member_spec = run.spec.model_copy(update={"task": type(run.spec.task)(name=member)})
+        try:
+            member_run = prepare(member_spec, resume=run.resume)
+        except DataMissingError as exc:
+            missing[member] = str(exc)
+            log.warning("%s: skipped (%s)", member, exc)
+            continue
+        member_metrics[member] = execute(member_run, Path(output) / member)
+    summary = run.task.summarize(member_metrics, run.env)
+    summary["missing"] = missing
+    if is_main_process():
+        Path(output).mkdir(parents=True, exist_ok=True)
+        (Path(output) / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary

@@ -161,6 +161,12 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
         return
     console.print(f"[bold]{spec.strategy.name}[/] on [bold]{spec.task.name}[/] "
                   f"(data: {run_ctx.task.describe_data(run_ctx.env)}, model: {spec.model.name}) -> {out}")
+    from kinject.interfaces import TaskGroup
+
+    if isinstance(run_ctx.task, TaskGroup):
+        summary = engine.execute_group(run_ctx, out)
+        console.print_json(data=summary)
+        return
     if repeats == 1:
         metrics = engine.execute(run_ctx, out)
         if engine.is_main_process():

@@ -1,0 +1,1 @@
+"""Knowledge-graph machinery: KG training data (tokenized, Arrow-cached) and partitioning."""

@@ -1,0 +1,74 @@
+"""The dataset catalogue: what kinject knows how to read, where it looks, how to get it.
+
+Task modules describe their datasets with :func:`register_dataset`; ``kinject data list|prepare|download``
+read the catalogue (after importing the task plugins). Third-party task packages register the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from kinject.errors import DataMissingError, KinjectError
+
+
+@dataclass
+class DatasetInfo:
+    """One dataset: its folder under the data dir, the files each split reads, and how to get it."""
+
+    name: str
+    folder: str
+    splits: dict[str, str] = field(default_factory=dict)  # split -> file relative to the folder
+    description: str = ""
+    how_to_get: str = ""  # one line: URL / command
+    url: str | None = None  # canonical public download (for `kinject data download`)
+    sha256: str | None = None
+    prepare: Callable[..., None] | None = None  # prepare(data_dir: Path, **options) -> None
+    prepared_from: str = ""  # what `prepare` reads (for messages)
+    count: Callable[[Path], dict[str, int]] | None = None  # split sizes when present
+
+
+_CATALOGUE: dict[str, DatasetInfo] = {}
+
+
+def register_dataset(info: DatasetInfo) -> DatasetInfo:
+    _CATALOGUE[info.name] = info
+    return info
+
+
+def catalogue() -> dict[str, DatasetInfo]:
+    """Every registered dataset (imports the task plugins first so they can register)."""
+    from kinject.registry import registry
+
+    for name in registry("tasks").names():
+        try:
+            registry("tasks").get(name)
+        except KinjectError:
+            continue
+    return dict(sorted(_CATALOGUE.items()))
+
+
+def dataset(name: str) -> DatasetInfo:
+    known = catalogue()
+    if name not in known:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
+        raise KinjectError(f"unknown dataset {name!r}." + (f" Did you mean {' or '.join(map(repr, close))}?"
+                                                           if close else f" Known: {', '.join(known)}"))
+    return known[name]
+
+
+def split_file(info: DatasetInfo, split: str, data_dir: Path) -> Path:
+    """The file of one split; DataMissingError (where it looked, how to get it) if absent."""
+    path = Path(data_dir) / info.folder / info.splits[split]
+    if not path.exists():
+        hint = f"; get it: {info.how_to_get}" if info.how_to_get else ""
+        raise DataMissingError(f"dataset {info.name!r} not found: looked for {path}{hint}")
+    return path
+
+
+def require(info: DatasetInfo, data_dir: Path, splits: tuple[str, ...] | None = None) -> None:
+    for split in splits or tuple(info.splits):
+        split_file(info, split, data_dir)

@@ -75,7 +75,7 @@ class RunContext:
             "model": self.spec.model.model_dump(),
             "task": {"name": self.task.name, **self.task.config.model_dump(mode="json"),
                      "data": self.task.describe_data(self.env)},
-            "training": self.spec.training.model_dump(),
+            "training": self.spec.training.cache_fields(),
             "seed": self.spec.seed,
         }
 
@@ -248,7 +248,7 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
     set_seed(run.spec.seed)
     resolved = resolved_spec(run.spec, run.task, run.strategy, run.sources)
     output = Path(output)
-    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    tmp = output.with_name(f".{output.name}.partial")  # a crashed run's leftovers are cleared here
     handler = None
     if is_main_process():
         if tmp.exists():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -47,6 +47,14 @@ class TrainingSpec(StrictModel):
     logging_steps: int = Field(50, ge=1, description="Log training loss every N steps.")
     bf16: bool = Field(False, description="bfloat16 mixed precision (GPU).")
     limit: int | None = Field(None, ge=1, description="Cap every split at N examples (smoke runs).")
+
+    #: fields that change how often things are logged/saved or how evaluation batches, not what is learned
+    NOT_AFFECTING_TRAINING: ClassVar[frozenset[str]] = frozenset(
+        {"eval_batch_size", "logging_steps", "save_steps", "limit"})
+
+    def cache_fields(self) -> dict[str, Any]:
+        """The fields a trained model depends on (what a training stage's cache key includes)."""
+        return {k: v for k, v in self.model_dump().items() if k not in self.NOT_AFFECTING_TRAINING}
 
 
 class PluginRef(BaseModel):

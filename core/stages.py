@@ -64,7 +64,7 @@ def finetune_stage(run: RunContext, name: str = "finetune", init_from: str | Non
     task = task or run.task
     training = training or run.spec.training
     config = {"model": run.spec.model.model_dump(), "task": task_fingerprint(task, run.env),
-              "training": training.model_dump(), "seed": run.spec.seed, **(extra_config or {})}
+              "training": training.cache_fields(), "seed": run.spec.seed, **(extra_config or {})}
 
     def fn(ctx: StageContext) -> None:
         from kinject.models import load_tokenizer

@@ -1,0 +1,28 @@
+"""Regression metrics: Pearson correlation (scipy), as BLURB reports for BIOSSES."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from kinject.interfaces import Evaluator, PluginConfig
+
+
+class Pearson(Evaluator):
+    """Pearson correlation between reference and predicted scores (0.0 when either side is constant)."""
+
+    class Config(PluginConfig):
+        name: str = Field("pearson", description="Metric key.")
+
+    def compute(self, references, predictions, **kwargs: Any) -> dict[str, float]:
+        from scipy.stats import pearsonr
+
+        y = np.asarray(references, dtype=float).reshape(-1)
+        p = np.asarray(predictions, dtype=float).reshape(-1)
+        if y.shape != p.shape:
+            raise ValueError(f"{y.size} references but {p.size} predictions")
+        if y.size < 2 or np.ptp(y) == 0 or np.ptp(p) == 0:
+            return {self.config.name: 0.0}  # undefined; a constant predictor explains nothing
+        return {self.config.name: float(pearsonr(y, p)[0])}

@@ -1,0 +1,98 @@
+"""Ranking metrics over candidate groups: recall@k and mean reciprocal rank.
+
+Two input forms (both give the same numbers):
+
+* nested: ``references`` = one list of relevance flags per query (1/True = relevant candidate),
+  ``predictions`` = one list of scores per query, aligned with the flags;
+* flat (one row per query-candidate pair, as a cross-encoder predicts them): ``references`` = flags,
+  ``predictions`` = scores, and ``groups=`` = the query id of each row.
+
+Ties are broken pessimistically: a relevant candidate is ranked below every non-relevant one with
+the same score, so a constant scorer earns no credit. Queries without any relevant candidate are
+left out (their number is reported as ``<metric>_queries_skipped``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from pydantic import Field
+
+from kinject.interfaces import Evaluator, PluginConfig
+
+
+def _flags(values: Sequence) -> np.ndarray:
+    """Relevance flags: bools/ints, or strings "1"/"true"/"relevant" (anything else is not relevant)."""
+    return np.asarray([v.strip().lower() in ("1", "true", "relevant", "yes") if isinstance(v, str) else bool(v)
+                       for v in values], dtype=bool)
+
+
+def _groups(references: Sequence, predictions: Sequence, groups: Sequence | None) -> list[tuple[np.ndarray, np.ndarray]]:
+    if len(references) != len(predictions):
+        raise ValueError(f"{len(references)} references but {len(predictions)} predictions")
+    if groups is None:
+        out = []
+        for i, (flags, scores) in enumerate(zip(references, predictions)):
+            if len(flags) != len(scores):
+                raise ValueError(f"query {i}: {len(flags)} relevance flags but {len(scores)} scores")
+            out.append((_flags(flags), np.asarray(scores, dtype=float)))
+        return out
+    if len(groups) != len(references):
+        raise ValueError(f"{len(groups)} group ids but {len(references)} rows")
+    order: dict[Any, list[int]] = {}
+    for row, group in enumerate(groups):
+        order.setdefault(group, []).append(row)
+    flags = _flags(references)
+    scores = np.asarray(predictions, dtype=float).reshape(len(groups), -1)[:, -1]  # logit of 'relevant'
+    return [(flags[rows], scores[rows]) for rows in order.values()]
+
+
+def relevant_ranks(flags: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """1-based rank of each relevant candidate (pessimistic ties: counted after equal-score others)."""
+    ranks = []
+    for j in np.flatnonzero(flags):
+        higher = int((scores > scores[j]).sum())
+        tied_other = int(((scores == scores[j]) & ~flags).sum())
+        tied_relevant_before = int(((scores == scores[j]) & flags)[:j].sum())
+        ranks.append(1 + higher + tied_other + tied_relevant_before)
+    return np.asarray(ranks, dtype=int)
+
+
+class RecallAtK(Evaluator):
+    """Recall@k over candidate groups: the share of a query's relevant candidates ranked in its top k."""
+
+    class Config(PluginConfig):
+        ks: list[int] = Field([1, 5], description="Cut-offs; one metric recall@<k> each.")
+
+    def compute(self, references, predictions, groups: Sequence | None = None, **kwargs: Any) -> dict[str, float]:
+        sums, used, skipped = {k: 0.0 for k in self.config.ks}, 0, 0
+        for flags, scores in _groups(references, predictions, groups):
+            ranks = relevant_ranks(flags, scores)
+            if ranks.size == 0:
+                skipped += 1
+                continue
+            used += 1
+            for k in self.config.ks:
+                sums[k] += float((ranks <= k).mean())
+        out = {f"recall@{k}": (sums[k] / used if used else 0.0) for k in self.config.ks}
+        out["recall_queries_skipped"] = float(skipped)
+        return out
+
+
+class MRR(Evaluator):
+    """Mean reciprocal rank of the first relevant candidate per query group."""
+
+    class Config(PluginConfig):
+        name: str = Field("mrr", description="Metric key.")
+
+    def compute(self, references, predictions, groups: Sequence | None = None, **kwargs: Any) -> dict[str, float]:
+        total, used, skipped = 0.0, 0, 0
+        for flags, scores in _groups(references, predictions, groups):
+            ranks = relevant_ranks(flags, scores)
+            if ranks.size == 0:
+                skipped += 1
+                continue
+            used += 1
+            total += 1.0 / ranks.min()
+        return {self.config.name: total / used if used else 0.0, f"{self.config.name}_queries_skipped": float(skipped)}

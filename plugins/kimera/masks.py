@@ -1,0 +1,158 @@
+"""Head masks: files, per-head update scaling (KIMERA eq. 3) and physical pruning (the pruned baseline).
+
+Mask convention (the paper's): ``m[l, h] = 1`` an important head (frozen in retraining), ``0`` a
+redundant head (retrained at the full learning rate); soft masks hold values in [0, 1].
+
+Why the update and not the gradient: Adam divides the gradient by its running RMS, so scaling a
+gradient by (1 - m) barely changes Adam's step, and AdamW's weight decay moves a head whose gradient
+is zero. ``HeadUpdateScaler`` therefore rescales what the optimiser *did* to each head's slice:
+``W <- W_old + (1 - m) * (W_new - W_old)``, exactly ``W_old`` where m == 1, so a frozen head stays
+bit-identical whatever the optimiser (momentum, decay, clipping).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from kinject.errors import DataError
+
+from .gating import HeadLayout, head_layout
+
+
+def save_masks(path: Path, **masks) -> None:
+    """Write named (L, H) masks/score tables as JSON lists."""
+    data = {name: (value.tolist() if hasattr(value, "tolist") else value) for name, value in masks.items()}
+    Path(path).write_text(json.dumps(data, indent=1))
+
+
+def load_mask(path: Path, name: str, shape: tuple[int, int] | None = None) -> torch.Tensor:
+    """Read mask ``name`` from a masks.json; checks it is (L, H) with values in [0, 1]."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError("mask file not found", path) from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"invalid JSON ({exc.msg})", path, exc.lineno) from None
+    if name not in data:
+        raise DataError(f"no mask {name!r} (has: {', '.join(data)})", path)
+    try:
+        mask = torch.tensor(data[name], dtype=torch.float32)
+    except (TypeError, ValueError):
+        raise DataError(f"mask {name!r} is not a rectangular table of numbers", path) from None
+    if mask.dim() != 2 or (shape is not None and tuple(mask.shape) != tuple(shape)):
+        raise DataError(f"mask {name!r} has shape {tuple(mask.shape)}, expected {shape or '(layers, heads)'}", path)
+    if bool(((mask < 0) | (mask > 1)).any()):
+        raise DataError(f"mask {name!r} has values outside [0, 1]", path)
+    return mask
+
+
+def _per_layer_rate(layout: HeadLayout, mask: torch.Tensor) -> list[tuple[object, torch.Tensor]]:
+    """(attention layer, per-head update rate 1 - m) for each distinct parameter set.
+
+    Shared layers (ALBERT) take the largest mask value over the layers that use them: a head that is
+    important in any layer is frozen.
+    """
+    out = []
+    for indices, layer in layout.unique_layers():
+        m = mask[indices].max(dim=0).values
+        out.append((layer, (1.0 - m).clamp(0.0, 1.0)))
+    return out
+
+
+class HeadUpdateScaler:
+    """Scale each head's optimiser update by (1 - m): Q/K/V rows and bias entries, O columns.
+
+    ``attach(optimizer)`` registers step pre/post hooks; ``before_step``/``after_step`` can be called by
+    hand (tests, custom loops). The O bias, shared by all heads, is not a head parameter.
+    """
+
+    def __init__(self, model: nn.Module, mask: torch.Tensor, layout: HeadLayout | None = None):
+        self.layout = layout or head_layout(model)
+        shape = (self.layout.num_layers, self.layout.num_heads)
+        if tuple(mask.shape) != shape:
+            raise ValueError(f"mask shape {tuple(mask.shape)} does not fit the model {shape}")
+        d = self.layout.head_dim
+        self.targets: list[tuple[nn.Parameter, torch.Tensor]] = []  # (param, broadcastable rate)
+        for layer, rate in _per_layer_rate(self.layout, mask.float()):
+            per_unit = rate.repeat_interleave(d)  # (H*d,)
+            for lin in (layer.query, layer.key, layer.value):
+                self.targets.append((lin.weight, per_unit.view(-1, 1)))
+                if lin.bias is not None:
+                    self.targets.append((lin.bias, per_unit))
+            self.targets.append((layer.output.weight, per_unit.view(1, -1)))
+        self.targets = [(p, r.to(p.device, p.dtype)) for p, r in self.targets if p.requires_grad]
+        self._saved: list[torch.Tensor] = []
+        self._handles: list = []
+
+    @torch.no_grad()
+    def before_step(self, *args, **kwargs) -> None:
+        self._saved = [p.detach().clone() for p, _ in self.targets]
+
+    @torch.no_grad()
+    def after_step(self, *args, **kwargs) -> None:
+        if not self._saved:
+            return
+        for (p, rate), old in zip(self.targets, self._saved):
+            new = torch.where(rate == 1, p, old + rate * (p - old))
+            p.copy_(torch.where(rate == 0, old, new))
+        self._saved = []
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> "HeadUpdateScaler":
+        self._handles = [optimizer.register_step_pre_hook(self.before_step),
+                         optimizer.register_step_post_hook(self.after_step)]
+        return self
+
+    def detach(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
+def freeze_non_attention(model: nn.Module, encoder: nn.Module) -> int:
+    """``other_params: freeze``: only Q/K/V/O weights and Q/K/V biases of ``encoder`` keep training
+    (plus parameters outside the encoder, i.e. new task heads). Returns the number frozen."""
+    layout = head_layout(encoder)
+    keep = set()
+    for _, layer in layout.unique_layers():
+        for lin in (layer.query, layer.key, layer.value):
+            keep.update(id(p) for p in lin.parameters())
+        keep.add(id(layer.output.weight))
+    frozen = 0
+    for p in encoder.parameters():
+        if id(p) not in keep and p.requires_grad:
+            p.requires_grad_(False)
+            frozen += p.numel()
+    return frozen
+
+
+@torch.no_grad()
+def prune_by_mask(model: nn.Module, hard_mask: torch.Tensor) -> dict[int, list[int]]:
+    """Physically remove the heads with mask 0 (transformers' ``prune_heads``; survives save/load
+    through config.pruned_heads). transformers cannot remove every head of a layer, so in a layer with
+    no head left one head is kept with its V rows, V bias and O columns zeroed: its output is exactly
+    0 and, with zero gradients, stays 0 through fine-tuning. Returns {layer: heads removed}."""
+    layout = head_layout(model)
+    plan: dict[int, list[int]] = {}
+    dead: list[int] = []
+    for layer in range(layout.num_layers):
+        off = [h for h in range(layout.num_heads) if hard_mask[layer, h] < 0.5]
+        if len(off) == layout.num_heads:
+            keep = off.pop(0)
+            dead.append(layer)
+            att = layout.layers[layer]
+            rows = slice(keep * layout.head_dim, (keep + 1) * layout.head_dim)
+            att.value.weight[rows] = 0
+            if att.value.bias is not None:
+                att.value.bias[rows] = 0
+            att.output.weight[:, rows] = 0
+        if off:
+            plan[layer] = off
+    base = getattr(model, "base_model", model)
+    if plan:
+        base.prune_heads(plan)
+    return plan

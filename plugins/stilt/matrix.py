@@ -1,0 +1,271 @@
+"""The STILT transfer matrix: every target x intermediate pair (and each target's baseline) over seeds.
+
+Layout of the output folder::
+
+    cells/<target>/<column>/seed-<s>.json   one finished cell (column = "baseline" or an intermediate)
+    runs/<target>/<column>/seed-<s>/        that cell's run directory (run.json, metrics.json, model/)
+    matrix.csv, matrix.json, matrix.png     the summary (mean, std, delta vs baseline per cell)
+
+A cell's JSON is written (atomically) as soon as it finishes, so an interrupted matrix continues where it
+stopped; unfinished stages continue from the stage cache. A cell whose spec changed is recomputed.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import logging
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from kinject.errors import SpecError
+
+log = logging.getLogger("kinject")
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class TaskDef:
+    """A task in the matrix: a label for tables, a registered task name, and its config fields."""
+
+    label: str
+    name: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def ref(self) -> dict[str, Any]:
+        return {"name": self.name, **dict(self.options)}
+
+
+def parse_defines(items: list[str]) -> dict[str, TaskDef]:
+    """``LABEL={name: TASK, field: value}`` items -> task definitions (LABEL usable in the task lists)."""
+    out: dict[str, TaskDef] = {}
+    for item in items:
+        label, sep, raw = item.partition("=")
+        label = label.strip()
+        try:
+            value = yaml.safe_load(raw) if sep else None
+        except yaml.YAMLError as exc:
+            raise SpecError(f"--define {item!r}: invalid YAML ({exc})") from None
+        if not label or not isinstance(value, dict) or not isinstance(value.get("name"), str):
+            raise SpecError(f"--define {item!r}: expected LABEL={{name: TASK, <task options>}}")
+        if "/" in label or label == BASELINE:
+            raise SpecError(f"--define {item!r}: label may not contain '/' or be {BASELINE!r}")
+        options = tuple(sorted((k, v) for k, v in value.items() if k != "name"))
+        out[label] = TaskDef(label, value["name"], options)
+    return out
+
+
+def parse_task_list(text: str, defines: dict[str, TaskDef], option: str) -> list[TaskDef]:
+    """``a,b,c`` -> task definitions: a defined label, else a registered task name with default config."""
+    labels = [part.strip() for part in text.split(",") if part.strip()]
+    if not labels:
+        raise SpecError(f"{option}: give at least one task (comma-separated)")
+    if len(set(labels)) != len(labels):
+        raise SpecError(f"{option}: a task is listed twice ({text})")
+    return [defines.get(label) or TaskDef(label, label) for label in labels]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the matrix: a target, an intermediate (None: the baseline) and a seed index."""
+
+    target: TaskDef
+    intermediate: TaskDef | None
+    seed_index: int
+
+    @property
+    def column(self) -> str:
+        return self.intermediate.label if self.intermediate else BASELINE
+
+    def result_path(self, root: Path) -> Path:
+        return root / "cells" / self.target.label / self.column / f"seed-{self.seed_index}.json"
+
+    def run_dir(self, root: Path) -> Path:
+        return root / "runs" / self.target.label / self.column / f"seed-{self.seed_index}"
+
+
+def plan_cells(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int) -> list[Cell]:
+    """Seed-major order (one full seed of the grid first); a task is never its own intermediate."""
+    cells = []
+    for k in range(seeds):
+        for inter in [None, *intermediates]:
+            for target in targets:
+                if inter is not None and inter.ref() == target.ref():
+                    continue
+                cells.append(Cell(target, inter, k))
+    return cells
+
+
+def cell_spec(cell: Cell, base: dict[str, Any], sets: list[str]):
+    """The run spec of one cell: base fields, the target task, finetune or stilt, --set overrides, seed."""
+    from kinject.spec import apply_overrides, build_spec
+
+    data = copy.deepcopy(base)
+    data["task"] = cell.target.ref()
+    if cell.intermediate is None:
+        data["strategy"] = {"name": "finetune"}
+        sets = [s for s in sets if not s.strip().startswith("strategy.")]  # stilt options only
+    else:
+        data["strategy"] = {"name": "stilt", "intermediate": [cell.intermediate.ref()]}
+    data = apply_overrides(data, sets)
+    data["seed"] = int(data.get("seed", 42)) + cell.seed_index
+    data.pop("output", None)
+    return build_spec(data)
+
+
+def _spec_hash(spec) -> str:
+    from kinject.engine import stable_hash
+
+    return stable_hash(spec.model_dump(mode="json", exclude={"output"}))
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+
+
+def _load_cell(path: Path, spec_hash: str) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if data.get("spec_hash") == spec_hash else None
+
+
+@dataclass
+class MatrixResult:
+    """What a matrix call did and produced."""
+
+    summary: dict[str, Any]
+    executed: list[Cell] = field(default_factory=list)
+    skipped: list[Cell] = field(default_factory=list)
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+def _preflight(cells: list[Cell], base: dict, sets: list[str], split: str | None) -> dict[str, tuple[str, str]]:
+    """Resolve every distinct (target, column) spec and plan its stages, so bad names or missing data fail
+    before anything runs. Returns target label -> (split, primary metric)."""
+    from kinject import engine
+
+    scored: dict[str, tuple[str, str]] = {}
+    for cell in cells:
+        if cell.seed_index:
+            continue
+        run = engine.prepare(cell_spec(cell, base, sets))
+        engine.plan(run)
+        if cell.target.label not in scored:
+            splits = run.task.eval_splits
+            chosen = split or ("test" if "test" in splits else splits[-1])
+            if chosen not in splits:
+                raise SpecError(f"--split {chosen!r}: task {run.task.name!r} has splits {', '.join(splits)}")
+            scored[cell.target.label] = (chosen, run.task.primary_metric())
+    return scored
+
+
+def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int, base: dict[str, Any],
+               sets: list[str], output: Path, split: str | None = None,
+               report: Callable[[str], None] = log.info) -> MatrixResult:
+    """Run (or continue) the matrix in ``output`` and write matrix.csv/.json/.png."""
+    from kinject import engine
+
+    output = Path(output)
+    cells = plan_cells(targets, intermediates, seeds)
+    scored = _preflight(cells, base, sets, split)
+    result = MatrixResult(summary={})
+    records: dict[Cell, dict] = {}
+    started = time.perf_counter()
+    for number, cell in enumerate(cells, 1):
+        spec = cell_spec(cell, base, sets)
+        spec_hash = _spec_hash(spec)
+        done = _load_cell(cell.result_path(output), spec_hash)
+        where = f"[{number}/{len(cells)}] {cell.target.label} <- {cell.column} seed {spec.seed}"
+        if done is not None:
+            records[cell] = done
+            result.skipped.append(cell)
+            report(f"{where}: done before ({done['value']:.4f})")
+            continue
+        split_name, metric = scored[cell.target.label]
+        t0 = time.perf_counter()
+        metrics = engine.execute(engine.prepare(spec, resume=True), cell.run_dir(output))
+        if metric not in metrics.get(split_name, {}):
+            raise SpecError(f"task {cell.target.name!r} reported no {split_name}/{metric} "
+                            f"(got {sorted(metrics.get(split_name, {}))})")
+        record = {"target": cell.target.label, "intermediate": cell.column, "seed": spec.seed,
+                  "split": split_name, "metric": metric, "value": float(metrics[split_name][metric]),
+                  "metrics": {k: v for k, v in metrics.items() if k != "train"},
+                  "seconds": round(time.perf_counter() - t0, 2), "spec_hash": spec_hash,
+                  "run_dir": str(cell.run_dir(output))}
+        _write_json(cell.result_path(output), record)
+        records[cell] = record
+        result.executed.append(cell)
+        report(f"{where}: {split_name} {metric} = {record['value']:.4f} ({record['seconds']:.0f}s, "
+               f"{time.perf_counter() - started:.0f}s so far)")
+    result.summary = summarize(records, targets, intermediates, scored, seeds, base)
+    result.files = write_outputs(result.summary, output)
+    return result
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "n": len(values), "values": values}
+
+
+def summarize(records: dict[Cell, dict], targets: list[TaskDef], intermediates: list[TaskDef],
+              scored: dict[str, tuple[str, str]], seeds: int, base: dict[str, Any]) -> dict[str, Any]:
+    """mean, std (ddof 1), n per cell; delta = cell mean - the target's baseline mean."""
+    grouped: dict[tuple[str, str], list[float]] = {}
+    for cell, record in records.items():
+        grouped.setdefault((cell.target.label, cell.column), []).append(record["value"])
+    rows: dict[str, Any] = {}
+    for target in targets:
+        split_name, metric = scored[target.label]
+        row: dict[str, Any] = {"split": split_name, "metric": metric, "cells": {}}
+        base_values = grouped.get((target.label, BASELINE))
+        baseline = _stats(base_values) if base_values else None
+        row["cells"][BASELINE] = baseline and {**baseline, "delta": None}
+        for inter in intermediates:
+            values = grouped.get((target.label, inter.label))
+            if not values:
+                row["cells"][inter.label] = None  # the target itself, or not run
+                continue
+            stats = _stats(values)
+            stats["delta"] = stats["mean"] - baseline["mean"] if baseline else None
+            row["cells"][inter.label] = stats
+        rows[target.label] = row
+    return {"model": (base.get("model") or {}).get("name", "minilm"), "seeds": seeds,
+            "targets": {t.label: t.ref() for t in targets},
+            "intermediates": {t.label: t.ref() for t in intermediates}, "rows": rows}
+
+
+def write_outputs(summary: dict[str, Any], output: Path) -> dict[str, Path]:
+    """matrix.json (everything), matrix.csv (one line per cell) and matrix.png (the heatmap)."""
+    from kinject.plugins.stilt.plot import heatmap
+
+    output.mkdir(parents=True, exist_ok=True)
+    files = {"json": output / "matrix.json", "csv": output / "matrix.csv", "png": output / "matrix.png"}
+    _write_json(files["json"], summary)
+    tmp = files["csv"].with_name(f".matrix.csv.tmp-{os.getpid()}")
+    with open(tmp, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["target", "intermediate", "split", "metric", "n", "mean", "std", "delta"])
+        for target, row in summary["rows"].items():
+            for column, stats in row["cells"].items():
+                if stats is None:
+                    continue
+                delta = "" if stats["delta"] is None else f"{stats['delta']:.6f}"
+                writer.writerow([target, column, row["split"], row["metric"], stats["n"],
+                                 f"{stats['mean']:.6f}", f"{stats['std']:.6f}", delta])
+    tmp.replace(files["csv"])
+    heatmap(summary, files["png"])
+    return files

@@ -1,0 +1,64 @@
+"""Shared fixtures: offline, a per-session stage cache, the tiny model, the real data dir when present."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ["KINJECT_PROGRESS"] = "0"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("kinject-cache")
+    os.environ["KINJECT_CACHE_DIR"] = str(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model(cache_dir) -> str:
+    """Path of the tiny random BERT (2 layers, 4 heads, hidden 32) with its char-level tokenizer."""
+    from kinject.models import resolve_model
+
+    return resolve_model("tiny", cache_dir)
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The real benchmark data (../shared/data or $KINJECT_DATA_DIR); tests using it skip when absent."""
+    path = Path(os.environ.get("KINJECT_DATA_DIR", SHARED_DATA))
+    if not path.is_dir():
+        pytest.skip(f"benchmark data not found at {path}")
+    return path
+
+
+def write_textcls(folder: Path, n_train: int = 48, n_eval: int = 16, seed: int = 0) -> Path:
+    """A small, learnable two-class JSONL dataset."""
+    rng = random.Random(seed)
+    bio = ["gene expression increased in tumor cells", "the drug dose reduced symptoms",
+           "protein level rose after treatment", "patients with the disease had risk"]
+    other = ["the weather was cold today", "we went to the market", "a cat sat on the mat",
+             "trains run late on sunday"]
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("dev", n_eval), ("test", n_eval)):
+        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as handle:
+            for i in range(n):
+                label = "bio" if i % 2 == 0 else "other"
+                text = rng.choice(bio if label == "bio" else other)
+                handle.write(json.dumps({"text": text, "label": label}) + "\n")
+    return folder
+
+
+@pytest.fixture
+def textcls_dir(tmp_path) -> Path:
+    return write_textcls(tmp_path / "textcls")

@@ -1,0 +1,156 @@
+"""Run engine: stage cache and keys, partial re-runs, run directory, determinism, repeats, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kinject.cli.main import main
+
+
+def kinject(*args: str) -> int:
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def run_args(data: Path, out: Path, *extra: str) -> list[str]:
+    return ["run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={data}",
+            "--set", "training.epochs=2", "--set", "training.batch_size=8", "-o", str(out), *extra]
+
+
+def stages(run_dir: Path) -> dict[str, dict]:
+    return {s["name"]: s for s in json.loads((run_dir / "run.json").read_text())["stages"]}
+
+
+def test_run_directory_and_cache(tmp_path, textcls_dir, tiny_model):
+    out = tmp_path / "run"
+    assert kinject(*run_args(textcls_dir, out)) == 0
+    assert {p.name for p in out.iterdir()} >= {"run.json", "metrics.json", "model", "kinject.log"}
+    info = json.loads((out / "run.json").read_text())
+    assert info["spec"]["task"]["name"] == "textcls" and info["seed"] == 42
+    assert {"kinject", "torch", "transformers"} <= set(info["versions"])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics) >= {"dev", "test"} and 0 <= metrics["test"]["accuracy"] <= 1
+    assert metrics["train"]["useful_token_fraction"] > 0.5
+    # the final model loads with plain transformers, from safetensors, no pickle
+    from transformers import AutoModel
+
+    assert (out / "model" / "model.safetensors").exists()
+    assert not list((out / "model").glob("*.bin"))
+    encoder = AutoModel.from_pretrained(out / "model")
+    assert encoder.config.hidden_size == 32
+
+    first = stages(out)
+    assert not first["finetune"]["cached"] and not first["evaluate"]["cached"]
+    # same spec again: every stage is a cache hit, metrics identical
+    again = tmp_path / "again"
+    assert kinject(*run_args(textcls_dir, again)) == 0
+    second = stages(again)
+    assert second["finetune"]["cached"] and second["evaluate"]["cached"]
+    assert second["finetune"]["key"] == first["finetune"]["key"]
+    assert json.loads((again / "metrics.json").read_text()) == metrics
+
+    # changing an evaluation-only parameter re-runs only the evaluate stage
+    evalonly = tmp_path / "evalonly"
+    assert kinject(*run_args(textcls_dir, evalonly, "--set", "training.eval_batch_size=7")) == 0
+    third = stages(evalonly)
+    assert third["finetune"]["cached"] and not third["evaluate"]["cached"]
+    # changing a training parameter re-runs both
+    lr = tmp_path / "lr"
+    assert kinject(*run_args(textcls_dir, lr, "--set", "training.learning_rate=1e-3")) == 0
+    fourth = stages(lr)
+    assert not fourth["finetune"]["cached"] and fourth["finetune"]["key"] != first["finetune"]["key"]
+
+
+def test_same_seed_same_metrics_different_seed_differs(tmp_path, textcls_dir, tiny_model):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    assert kinject(*run_args(textcls_dir, a, "--cache-dir", str(tmp_path / "ca"), "--seed", "3")) == 0
+    assert kinject(*run_args(textcls_dir, b, "--cache-dir", str(tmp_path / "cb"), "--seed", "3")) == 0
+    assert kinject(*run_args(textcls_dir, c, "--cache-dir", str(tmp_path / "cc"), "--seed", "4")) == 0
+    ma, mb, mc = (json.loads((d / "metrics.json").read_text()) for d in (a, b, c))
+    assert not stages(b)["finetune"]["cached"]  # really recomputed in a fresh cache
+    assert ma["train"]["train_loss"] == mb["train"]["train_loss"]
+    assert ma["dev"] == mb["dev"] and ma["test"] == mb["test"]
+    assert ma["train"]["train_loss"] != mc["train"]["train_loss"]
+
+
+def test_repeats_report_mean_and_std(tmp_path, textcls_dir, tiny_model):
+    out = tmp_path / "rep"
+    assert kinject(*run_args(textcls_dir, out, "--repeats", "2", "--seed", "10")) == 0
+    assert (out / "seed-10" / "metrics.json").exists() and (out / "seed-11" / "metrics.json").exists()
+    summary = json.loads((out / "metrics.json").read_text())
+    acc = summary["test"]["accuracy"]
+    values = [json.loads((out / f"seed-{s}" / "metrics.json").read_text())["test"]["accuracy"] for s in (10, 11)]
+    assert acc["values"] == values and acc["n"] == 2
+    assert acc["mean"] == pytest.approx(sum(values) / 2)
+
+
+def test_dry_run_shows_stages_and_writes_nothing(tmp_path, textcls_dir, tiny_model, capsys):
+    out = tmp_path / "dry"
+    assert kinject(*run_args(textcls_dir, out, "--dry-run")) == 0
+    text = capsys.readouterr().out
+    assert "stage finetune" in text and "stage evaluate" in text and "miss" in text
+    assert "learning_rate" in text
+    assert not out.exists()
+
+
+SLOW_RUN = """
+import sys, time
+from kinject.hooks import plugin_manager, hookimpl
+
+class Slow:
+    @hookimpl
+    def kinject_metrics_logged(self, stage, metrics, step):
+        time.sleep(0.25)
+
+plugin_manager().register(Slow(), name="slow")
+from kinject.cli.main import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.slow
+def test_kill_mid_stage_then_resume_matches_uninterrupted(tmp_path, textcls_dir, tiny_model):
+    data = textcls_dir
+    common = ["--set", "training.epochs=6", "--set", "training.save_steps=4", "--set", "training.logging_steps=1",
+              "--set", "training.warmup_ratio=0"]
+    env = dict(os.environ)
+    # 1. uninterrupted reference, own cache
+    ref = tmp_path / "ref"
+    assert kinject(*run_args(data, ref, "--cache-dir", str(tmp_path / "cache-ref"), *common)) == 0
+    # 2. a slowed-down run in a subprocess, killed once it has written a checkpoint
+    cache = tmp_path / "cache"
+    out = tmp_path / "crashed"
+    args = run_args(data, out, "--cache-dir", str(cache), *common)
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_RUN, *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(cache.glob("stages/finetune/*.partial/work/checkpoint-*")):
+        time.sleep(0.2)
+    assert proc.poll() is None, "run finished before it could be killed"
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()  # nothing half-written in the output dir
+    assert not list(cache.glob("stages/finetune/*[!l]"))  # no finished-looking stage
+    # 3. resume: continues from the checkpoint and ends with the same metrics
+    assert kinject(*run_args(data, out, "--cache-dir", str(cache), "--resume", *common)) == 0
+    resumed = json.loads((out / "metrics.json").read_text())
+    reference = json.loads((ref / "metrics.json").read_text())
+    assert resumed["train"]["resumed_from_step"] >= 4
+    assert resumed["dev"] == reference["dev"] and resumed["test"] == reference["test"]
+    from safetensors.torch import load_file
+
+    a = load_file(out / "model" / "model.safetensors")
+    b = load_file(ref / "model" / "model.safetensors")
+    assert all((a[k] - b[k]).abs().max().item() < 1e-6 for k in a)

@@ -1,0 +1,83 @@
+"""Registries: lazy listing (no plugin or torch import), broken plugins, did-you-mean."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from kinject.errors import PluginLoadError, UnknownNameError
+from kinject.registry import Registry
+
+
+def _fake_distribution(root: Path, name: str, entry_points: str, modules: dict[str, str]) -> Path:
+    """A minimal installed distribution (dist-info + modules) on a folder we can put on sys.path."""
+    info = root / f"{name.replace('-', '_')}-1.2.3.dist-info"  # dist-info names use underscores
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.2.3\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    for module, source in modules.items():
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+    return root
+
+
+@pytest.fixture
+def broken_dist(tmp_path, monkeypatch):
+    root = _fake_distribution(tmp_path / "site", "kinject-broken-plugins", """
+        [kinject.strategies]
+        needs_missing = broken_needs:Strategy
+        raises_on_import = broken_raises:Strategy
+        not_a_strategy = broken_wrong:Strategy
+        """, {
+        "broken_needs": '"""doc"""\nimport package_that_is_not_installed\nclass Strategy:\n    """Needs a missing package."""\n',
+        "broken_raises": 'from kinject.interfaces import Strategy as _S\nraise RuntimeError("boom at import")\nclass Strategy(_S):\n    """Raises."""\n',
+        "broken_wrong": 'class Strategy:\n    """Not a kinject Strategy."""\n',
+    })
+    monkeypatch.syspath_prepend(str(root))
+    return root
+
+
+def test_listing_reports_broken_plugins_without_breaking_others(broken_dist):
+    reg = Registry("strategies")
+    infos = {i.name: i for i in reg.infos()}
+    assert infos["finetune"].health == "ok" and infos["finetune"].distribution == "kinject"
+    assert infos["needs_missing"].health == "broken"
+    assert "package_that_is_not_installed" in infos["needs_missing"].error
+    assert infos["needs_missing"].distribution == "kinject-broken-plugins" and infos["needs_missing"].version == "1.2.3"
+    # static inspection cannot see a raise at import time; loading does, and names the distribution
+    with pytest.raises(PluginLoadError, match=r"'raises_on_import' from kinject-broken-plugins 1.2.3 failed "
+                                              r"to import: RuntimeError: boom at import"):
+        reg.get("raises_on_import")
+    with pytest.raises(PluginLoadError, match="is not a Strategy"):
+        reg.get("not_a_strategy")
+    assert reg.get("finetune").__name__ == "FinetuneStrategy"
+
+
+def test_did_you_mean():
+    with pytest.raises(UnknownNameError, match=r"unknown strategy 'fintune'. Did you mean 'finetune'\?"):
+        Registry("strategies").get("fintune")
+
+
+def test_list_imports_no_plugin_and_no_torch():
+    code = ("import sys\nfrom kinject.cli.main import main\n"
+            "try:\n    main(['list'])\nexcept SystemExit:\n    pass\n"
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('kinject.tasks.', 'kinject.finetune',"
+            " 'transformers', 'kinject.evaluators.'))]\nprint('IMPORTED', bad)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "finetune" in out.stdout
+    assert "IMPORTED []" in out.stdout, out.stdout[-500:]
+
+
+def test_list_health_check_in_cli(broken_dist, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")
+    from kinject.cli.main import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["list", "strategies", "--check"])
+    assert exit_info.value.code in (0, None)
+    out = capsys.readouterr().out
+    assert "needs_missing" in out and "missing dependency" in out
+    assert "boom at import" in out and "is not a Strategy" in out

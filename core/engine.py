@@ -143,6 +143,7 @@ def prepare(spec: RunSpec, resume: bool = False) -> RunContext:
     task, strategy, sources = resolve_components(spec)
     env = make_environment(spec)
     task.check(env)
+    task.validate(env)
     for source in sources:
         source.check(env)
     model_path = resolve_model(spec.model.name, env.cache_dir)

@@ -112,6 +112,11 @@ class Task(Component):
     def check(self, env: Environment) -> None:
         """Raise DataMissingError (where it looked, how to get it) if the data is not there."""
 
+    def validate(self, env: Environment) -> None:
+        """Read every split once so malformed data fails before any training (raise DataError)."""
+        for split in (self.train_split, *self.eval_splits):
+            self.examples(split, env)
+
     def describe_data(self, env: Environment) -> str:
         """Which dataset a run used (printed and recorded in run.json)."""
         return self.dataset or self.name

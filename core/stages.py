@@ -43,6 +43,7 @@ def build_task_model(encoder_path: str | Path, head: Head, attn_implementation: 
     model = cls.from_config(config, attn_implementation=attn_implementation)
     missing, unexpected = model.base_model.load_state_dict(encoder.state_dict(), strict=False)
     bad = [k for k in missing if not k.startswith("pooler.")]
+    unexpected = [k for k in unexpected if not k.startswith("pooler.")]  # token heads have no pooler
     if bad or unexpected:
         raise RuntimeError(f"encoder weights do not fit the task model: missing {bad[:5]}, unexpected {unexpected[:5]}")
     return model
@@ -107,6 +108,8 @@ def evaluate_model(model_dir: Path, task: Task, run_or_env, training: TrainingSp
         examples = task.examples(split, env)
         features = task.featurize(tokenizer, examples, max_length, env)
         logits = predict(model, features, task.collator(tokenizer), training, work, seed)
+        if len(logits) != len(features):  # e.g. a distributed sampler padding or dropping examples
+            raise RuntimeError(f"{task.name} {split}: {len(logits)} predictions for {len(features)} examples")
         metrics[split] = task.score(split, examples, features, logits, env)
         log.info("%s %s: %s", task.name, split, metrics[split])
     return metrics

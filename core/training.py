@@ -123,6 +123,8 @@ def train(model, features: list[dict], collator: Callable, training: TrainingSpe
     result = trainer.train(resume_from_checkpoint=checkpoint)
     stats = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     stats["useful_token_fraction"] = counter.useful_fraction
+    stats["global_step"] = float(result.global_step)
+    stats["world_size"] = float(args.world_size)
     stats["resumed_from_step"] = float(int(checkpoint.rsplit("-", 1)[-1])) if checkpoint else 0.0
     return stats
 

@@ -56,7 +56,7 @@ class ECE(Evaluator):
             probs = np.stack([1 - p, p], axis=1)
         else:
             probs = scores if self.config.inputs == "probabilities" else softmax(scores)
-        names = list(labels) if labels else [str(j) for j in range(probs.shape[1])]
+        names = [str(x) for x in labels] if labels else [str(j) for j in range(probs.shape[1])]
         if len(names) != probs.shape[1]:
             raise ValueError(f"{len(names)} labels but {probs.shape[1]} score columns")
         predicted = probs.argmax(axis=1)

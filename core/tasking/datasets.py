@@ -24,6 +24,7 @@ class DatasetInfo:
     how_to_get: str = ""  # one line: URL / command
     url: str | None = None  # canonical public download (for `kinject data download`)
     sha256: str | None = None
+    file_sha256: dict[str, str] = field(default_factory=dict)  # url has "{file}": sha256 per fetched file
     prepare: Callable[..., None] | None = None  # prepare(data_dir: Path, **options) -> None
     prepared_from: str = ""  # what `prepare` reads (for messages)
     count: Callable[[Path], dict[str, int]] | None = None  # split sizes when present

@@ -56,6 +56,20 @@ class SequenceClassificationTask(Task):
             seen.update(label if isinstance(label, list) else [label])
         return sorted(seen)
 
+    def validate(self, env: Environment) -> None:
+        """Read every split; every evaluation label must occur in the train split."""
+        super().validate(env)
+        if self.problem_type == "regression":
+            return
+        known = set(self.labels(env))
+        for split in self.eval_splits:
+            for i, ex in enumerate(self.examples(split, env)):
+                label = ex["label"]
+                unknown = [x for x in (label if isinstance(label, list) else [label]) if x not in known]
+                if unknown:
+                    raise DataError(f"{ex.get('where', f'{split} example {i}')}: unknown label {unknown[0]!r} "
+                                    f"(labels seen in the train split: {', '.join(sorted(known))})")
+
     def head(self, env: Environment) -> Head:
         labels = tuple(self.labels(env))
         n = 1 if self.problem_type == "regression" else len(labels)

@@ -20,7 +20,8 @@ from pydantic import Field
 
 from kinject.errors import DataError
 from kinject.interfaces import Environment, Head, Task
-from kinject.io import iter_lines
+from kinject.tasking.datasets import DatasetInfo, split_file
+from kinject.io import iter_lines, read_tsv
 from kinject.tasking.sequence import MetricRef, SequenceTaskConfig, evaluate_all
 
 Scheme = Literal["BIO", "IO", "BIOUL"]
@@ -116,6 +117,52 @@ def read_conll(path: Path, types: tuple[str, ...] = (), default_type: str = "ENT
         yield {"words": words, "tags": tags, "line": first, "doc": doc}
     if empty:
         raise DataError("empty file (no tokens)", path)
+
+
+def read_table(path: Path, header: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """Data rows of a TSV whose first line must be ``header`` (column counts checked; no rows: error)."""
+    rows = read_tsv(path, columns=len(header))
+    number, found = next(rows)
+    if found != header:
+        raise DataError(f"expected header {'<TAB>'.join(header)}, found {'<TAB>'.join(found)}", path, number)
+    empty = True
+    for number, row in rows:
+        empty = False
+        yield number, row
+    if empty:
+        raise DataError("no data rows after the header", path)
+
+
+# -- catalogue-backed splits --------------------------------------------------------------------- #
+class CatalogueSplits:
+    """Mixin for tasks whose splits are files of a registered dataset (parsed once per data dir).
+
+    Subclasses set ``info`` and implement ``read_split(path, split)``. ``check`` parses every split,
+    so malformed data fails (file:line) before a run writes anything; ``env.limit`` caps each split.
+    """
+
+    info: ClassVar[DatasetInfo]
+
+    def read_split(self, path: Path, split: str) -> list[dict]:
+        raise NotImplementedError
+
+    def split_path(self, split: str, env: Environment) -> Path:
+        return split_file(self.info, split, env.data_dir)
+
+    def check(self, env: Environment) -> None:
+        for split in (self.train_split, *self.eval_splits):
+            self.examples(split, env)
+
+    def describe_data(self, env: Environment) -> str:
+        return f"{self.info.name}:{Path(env.data_dir) / self.info.folder}"
+
+    def examples(self, split: str, env: Environment) -> list[dict]:
+        cache = self.__dict__.setdefault("_split_cache", {})
+        key = (split, str(env.data_dir))
+        if key not in cache:
+            cache[key] = self.read_split(self.split_path(split, env), split)
+        rows = cache[key]
+        return rows[: env.limit] if env.limit else rows
 
 
 # -- the task base ------------------------------------------------------------------------------- #

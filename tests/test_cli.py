@@ -1,0 +1,96 @@
+"""CLI: user errors are one line with exit code 2, no traceback (unless --debug), nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def cli(*args: str, env: dict | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, COLUMNS="300", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "kinject", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr  # one line, last thing said
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+def test_unknown_strategy_and_task_suggest(tmp_path):
+    assert_user_error(cli("run", "fintune", "--task", "textcls", "-o", str(tmp_path / "o")),
+                      "strategy.name", "Did you mean 'finetune'")
+    assert_user_error(cli("run", "finetune", "--task", "txtcls", "-o", str(tmp_path / "o")),
+                      "task.name", "'textcls'")
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_config_values_name_the_field(tmp_path, textcls_dir):
+    result = cli("run", "finetune", "--task", "textcls", "--set", f"task.path={textcls_dir}",
+                 "--set", "training.batch_size=0", "-o", str(tmp_path / "o"))
+    assert_user_error(result, "training.batch_size", "greater than or equal to 1")
+    config = tmp_path / "run.yaml"
+    config.write_text("task:\n  name: textcls\n  path: x\nmodel:\n  name: tiny\n  max_lenght: 64\n")
+    assert_user_error(cli("run", "finetune", "--config", str(config), "-o", str(tmp_path / "o")),
+                      "model.max_lenght: unknown field", "max_length")
+    assert not (tmp_path / "o").exists()
+
+
+def test_malformed_data_names_file_and_line_and_writes_nothing(tmp_path, textcls_dir, tiny_model):
+    bad = textcls_dir / "dev.jsonl"
+    lines = bad.read_text().splitlines()
+    lines[2] = '{"text": "broken json'
+    bad.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o"
+    result = cli("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
+                 "--set", "training.epochs=1", "-o", str(out))
+    assert_user_error(result, f"{bad}:3", "invalid JSON")
+    assert not out.exists() and not list(tmp_path.glob(".o*"))
+
+
+def test_unknown_label_and_missing_data(tmp_path, textcls_dir, tiny_model):
+    dev = textcls_dir / "dev.jsonl"
+    dev.write_text(dev.read_text() + json.dumps({"text": "x", "label": "nonsense"}) + "\n")
+    result = cli("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
+                 "--set", "training.epochs=1", "-o", str(tmp_path / "o"))
+    assert_user_error(result, "dev.jsonl:17", "unknown label 'nonsense'")
+    result = cli("run", "finetune", "--task", "textcls", "--set", f"task.path={tmp_path / 'nowhere'}")
+    assert_user_error(result, "no train.jsonl or train.tsv", "nowhere")
+
+
+def test_debug_shows_traceback():
+    result = cli("run", "fintune", "--task", "textcls", "--debug")
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_info_and_doctor():
+    info = cli("info", "textcls")
+    assert info.returncode == 0 and "multi_label" in info.stdout and "label_separator" in info.stdout
+    assert_user_error(cli("info", "textclz"), "Did you mean 'textcls'")
+    doctor = cli("doctor")
+    assert doctor.returncode == 0
+    for needle in ("transformers", "offline", "data dir", "finetune", "device"):
+        assert needle in doctor.stdout
+
+
+def test_eval_command(tmp_path, textcls_dir, tiny_model):
+    out = tmp_path / "run"
+    assert cli("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
+               "--set", "training.epochs=1", "-o", str(out)).returncode == 0
+    result = cli("eval", str(out / "model"), "--task", "textcls", "--set", f"task.path={textcls_dir}",
+                 "-o", str(tmp_path / "eval"))
+    assert result.returncode == 0, result.stderr
+    evaluated = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    trained = json.loads((out / "metrics.json").read_text())
+    assert evaluated["test"] == pytest.approx(trained["test"])
+    assert_user_error(cli("eval", str(tmp_path), "--task", "textcls"), "not a model directory")

@@ -1,0 +1,165 @@
+"""KIMERA head gates: exact head removal, eager == SDPA, architecture map, importance vs finite differences."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kinject.errors import KinjectError
+from kinject.plugins.kimera.gating import HeadGates, head_layout, head_slices
+from kinject.plugins.kimera.importance import normalize_importance, score_heads, search_mask
+
+
+def tiny_bert(attn: str = "sdpa", layers: int = 2, heads: int = 4, kind: str = "bert", labels: int = 0):
+    from transformers import AlbertConfig, AutoModel, AutoModelForSequenceClassification, BertConfig, RobertaConfig
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=60, hidden_size=32, num_hidden_layers=layers, num_attention_heads=heads,
+                  intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                  max_position_embeddings=64)
+    if kind == "roberta":
+        config = RobertaConfig(**common, pad_token_id=1)
+    elif kind == "albert":
+        config = AlbertConfig(**common, embedding_size=16)
+    else:
+        config = BertConfig(**common)
+    if labels:
+        config.num_labels = labels
+        return AutoModelForSequenceClassification.from_config(config, attn_implementation=attn).eval()
+    return AutoModel.from_config(config, attn_implementation=attn).eval()
+
+
+def inputs(batch: int = 3, length: int = 9, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 60, (batch, length), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, -3:] = 0  # padding in one row
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_gate_zero_equals_zeroing_the_value_slice(attn):
+    model = tiny_bert(attn)
+    x = inputs()
+    gates = torch.ones(2, 4)
+    gates[1, 2] = 0.0
+    with torch.no_grad(), HeadGates(model, gates):
+        gated = model(**x).last_hidden_state
+    layout = head_layout(model)
+    with torch.no_grad():
+        for part in ("value.weight", "value.bias"):
+            head_slices(layout, 1, 2)[part].zero_()
+        zeroed = model(**x).last_hidden_state
+    torch.testing.assert_close(gated, zeroed, rtol=0, atol=1e-6)
+    assert not torch.allclose(gated, tiny_bert(attn)(**x).last_hidden_state, atol=1e-4)  # the head mattered
+
+
+def test_eager_and_sdpa_give_the_same_gated_outputs():
+    x = inputs()
+    gates = torch.rand(2, 4, generator=torch.Generator().manual_seed(3))
+    outs = []
+    for attn in ("eager", "sdpa"):
+        model = tiny_bert(attn)
+        with torch.no_grad(), HeadGates(model, gates):
+            outs.append(model(**x).last_hidden_state)
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_ones_change_nothing_and_hooks_are_removed():
+    model = tiny_bert()
+    x = inputs()
+    with torch.no_grad():
+        plain = model(**x).last_hidden_state
+        with HeadGates(model, torch.ones(2, 4)):
+            same = model(**x).last_hidden_state
+        with HeadGates(model, torch.zeros(2, 4)):
+            off = model(**x).last_hidden_state
+        after = model(**x).last_hidden_state
+    torch.testing.assert_close(plain, same)
+    torch.testing.assert_close(plain, after)
+    assert not torch.allclose(plain, off, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["roberta", "albert"])
+def test_architecture_map_other_layouts(kind):
+    model = tiny_bert(kind=kind)
+    layout = head_layout(model)
+    assert (layout.num_layers, layout.num_heads, layout.head_dim) == (2, 4, 8)
+    x = inputs()
+    with torch.no_grad():
+        plain = model(**x).last_hidden_state
+        results = []
+        for layer in range(2):
+            gates = torch.ones(2, 4)
+            gates[layer] = 0.0
+            with HeadGates(model, gates):
+                results.append(model(**x).last_hidden_state)
+    assert not torch.allclose(plain, results[0], atol=1e-4)
+    # gating layer 0 and gating layer 1 differ, also for ALBERT whose layers share one module
+    assert not torch.allclose(results[0], results[1], atol=1e-4)
+
+
+def test_unknown_architecture_is_a_clear_error():
+    from transformers import GPT2Config, GPT2Model
+
+    model = GPT2Model(GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=20))
+    with pytest.raises(KinjectError, match="architecture map"):
+        head_layout(model)
+
+
+def test_importance_matches_finite_differences():
+    model = tiny_bert("eager", labels=3).double()
+    x = inputs(batch=4)
+    labels = torch.tensor([0, 2, 1, 1])
+    raw, logits = score_heads(model, [{**x, "labels": labels}], "single_label_classification")
+    assert logits.shape == (4, 3)
+
+    def loss(gates, b):
+        with torch.no_grad(), HeadGates(model, gates.double()):
+            out = model(**{k: v[b:b + 1] for k, v in x.items()}).logits
+        return torch.nn.functional.cross_entropy(out, labels[b:b + 1]).item()
+
+    eps = 1e-5
+    expected = torch.zeros(2, 4, dtype=torch.float64)
+    for b in range(4):
+        for layer in range(2):
+            for head in range(4):
+                up, down = torch.ones(2, 4), torch.ones(2, 4)
+                up[layer, head] += eps
+                down[layer, head] -= eps
+                expected[layer, head] += abs(loss(up, b) - loss(down, b)) / (2 * eps) / 4
+    torch.testing.assert_close(raw.double(), expected, rtol=1e-3, atol=1e-7)
+
+
+def test_normalisation_per_layer_then_global():
+    raw = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
+    norm = normalize_importance(raw)
+    assert float(norm.min()) == 0.0 and float(norm.max()) == 1.0
+    torch.testing.assert_close(norm, torch.tensor([[0.6, 0.8], [1.0, 0.0]]))
+
+
+def test_mask_search_stops_at_threshold_and_keeps_last_good_mask():
+    model = tiny_bert("eager", labels=2)
+    batches = [{**inputs(batch=4), "labels": torch.tensor([0, 1, 0, 1])}]
+    # a synthetic metric that falls as heads are switched off (via the logits under the mask)
+    plain = model(**inputs(batch=4)).logits.detach().numpy()
+
+    def metric(logits):
+        return 1.0 - float(abs(logits - plain).mean())
+
+    hard = search_mask(model, batches, "single_label_classification", metric, rho=0.25, tau=0.98)
+    assert set(hard.mask.unique().tolist()) <= {0.0, 1.0}
+    kept = [r for r in hard.rounds if r["kept"]]
+    assert hard.rounds[0]["masked"] == 0 and hard.rounds[0]["metric"] == pytest.approx(1.0, abs=1e-6)
+    assert int((hard.mask == 0).sum()) == kept[-1]["masked"]
+    if not hard.rounds[-1]["kept"]:
+        assert hard.rounds[-1]["metric"] < 0.98 * hard.baseline
+    # rho of the remaining heads per round: 8 -> 2 masked, then 6 -> 2 (round(1.5)), ...
+    assert [r["masked"] for r in hard.rounds[:2]] == [0, 2][: len(hard.rounds[:2])]
+
+    everything = search_mask(model, batches, "single_label_classification", lambda _: 1.0, rho=0.5, tau=0.5)
+    assert int(everything.mask.sum()) == 0  # a metric that never falls masks every head
+    soft = search_mask(model, batches, "single_label_classification", lambda _: 1.0, rho=0.5, tau=0.5, soft=True)
+    assert bool(((soft.mask >= 0) & (soft.mask <= 1)).all()) and soft.mask.min() == 0.0
+    assert soft.rounds[-1]["masked"] == 8  # every head became a candidate and kept its normalised score
+    assert int((soft.mask == 1).sum()) <= 1  # only the globally most important head can score exactly 1

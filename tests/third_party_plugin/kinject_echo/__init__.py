@@ -1,0 +1,1 @@
+"""kinject-echo: an example third-party strategy plugin."""

@@ -7,10 +7,11 @@ reported with its name, distribution and error, and breaks nothing else.
 
 from __future__ import annotations
 
-import ast
 import difflib
+import functools
 import importlib
 import importlib.util
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -48,18 +49,45 @@ class PluginInfo:
     error: str = ""
 
 
+_DIST_CACHE: dict[str, tuple[str, str]] = {}
+_IMPORT_RE = re.compile(r"^(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.M)
+
+
 def _dist_of(ep: EntryPoint) -> tuple[str, str]:
     dist = getattr(ep, "dist", None)
     if dist is None:
         return "?", "?"
-    return dist.metadata["Name"], dist.version
+    key = str(getattr(dist, "_path", id(dist)))
+    if key not in _DIST_CACHE:  # parsing METADATA is the slow part of listing
+        _DIST_CACHE[key] = (dist.metadata["Name"], dist.version)
+    return _DIST_CACHE[key]
+
+
+@functools.lru_cache(maxsize=None)
+def _top_level_installed(name: str) -> bool:
+    return name in sys.builtin_module_names or importlib.util.find_spec(name) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _source(origin: str) -> str:
+    with open(origin, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def _docstring_after(text: str, pattern: str) -> str | None:
+    """First docstring line of the definition matching ``pattern``; None if there is no definition."""
+    match = re.search(pattern + r"[^\n]*\n(?:[ \t]*\n)*[ \t]+[rRuU]?(\"\"\"|\'\'\')\s*(.*?)\1", text, re.S | re.M)
+    if match:
+        return match.group(2).strip().splitlines()[0] if match.group(2).strip() else ""
+    return "" if re.search(pattern, text, re.M) else None
 
 
 def _static_inspect(value: str) -> tuple[str, str]:
-    """Find a plugin's docstring and obvious breakage from its source, without executing it.
+    """Find a plugin's docstring and obvious breakage from its source text, without executing it.
 
-    Returns (description, error). Checks: the module is findable, parses, defines the attribute, and
-    every top-level absolute import names an installed package.
+    Returns (description, error). Checks: the module is findable and readable, defines the attribute,
+    and every top-level absolute import names an installed package. (Parsing with ``ast`` would be
+    exact but costs most of a listing's time.)
     """
     module_name, _, attr = value.partition(":")
     try:
@@ -69,37 +97,23 @@ def _static_inspect(value: str) -> tuple[str, str]:
     if spec is None or spec.origin is None:
         return "", f"module {module_name!r} not found"
     try:
-        with open(spec.origin, encoding="utf-8") as handle:
-            tree = ast.parse(handle.read(), filename=spec.origin)
-    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        text = _source(spec.origin)
+    except (OSError, UnicodeDecodeError) as exc:
         return "", f"cannot read {spec.origin}: {exc}"
-    missing = []
-    for node in tree.body:
-        names = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        for name in names:
-            top = name.split(".")[0]
-            if top in sys.builtin_module_names or top == "__future__":
-                continue
-            if importlib.util.find_spec(top) is None:
-                missing.append(top)
+    missing = sorted({(a or b).split(".")[0] for a, b in _IMPORT_RE.findall(text)}
+                     - {"__future__"} - {n for n in {(a or b).split(".")[0] for a, b in _IMPORT_RE.findall(text)}
+                                          if _top_level_installed(n)})
     if missing:
-        return "", f"missing dependency: {', '.join(sorted(set(missing)))}"
+        return "", f"missing dependency: {', '.join(missing)}"
     if not attr:
-        doc = (ast.get_docstring(tree) or "").strip()
-        return (doc.splitlines()[0] if doc else ""), ""
-    first = attr.split(".")[0]
-    for node in tree.body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == first:
-            doc = (ast.get_docstring(node) or "").strip()
-            return (doc.splitlines()[0] if doc else ""), ""
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == first for t in node.targets):
-            return "", ""
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == first for a in node.names):
-            return "", ""
+        doc = re.match(r"\s*(?:#[^\n]*\n\s*)*[rRuU]?(\"\"\"|\'\'\')\s*(.*?)\1", text, re.S)
+        return (doc.group(2).strip().splitlines()[0] if doc and doc.group(2).strip() else ""), ""
+    first = re.escape(attr.split(".")[0])
+    doc = _docstring_after(text, rf"^(?:class|def)[ \t]+{first}\b")
+    if doc is not None:
+        return doc, ""
+    if re.search(rf"^{first}[ \t]*[:=]|^(?:from|import)[^\n]*\b{first}\b", text, re.M):
+        return "", ""
     return "", f"{module_name} defines no {attr!r}"
 
 
@@ -114,13 +128,22 @@ class Registry:
         self._lock = threading.Lock()
         self._loaded: dict[str, Any] = {}
         self._extra: dict[str, Any] = {}
+        self._eps: dict[str, EntryPoint] | None = None
 
     # -- discovery -------------------------------------------------------------------------------
     def _entry_points(self) -> dict[str, EntryPoint]:
-        found: dict[str, EntryPoint] = {}
-        for ep in entry_points(group=self.group):
-            found.setdefault(ep.name, ep)  # first distribution wins, as pluggy does
-        return found
+        if self._eps is None:
+            found: dict[str, EntryPoint] = {}
+            for ep in entry_points(group=self.group):
+                found.setdefault(ep.name, ep)  # first distribution wins, as pluggy does
+            self._eps = found
+        return self._eps
+
+    def refresh(self) -> None:
+        """Forget discovered entry points (after installing a plugin in a running process)."""
+        with self._lock:
+            self._eps = None
+            self._loaded.clear()
 
     def names(self) -> list[str]:
         return sorted(set(self._entry_points()) | set(self._extra))

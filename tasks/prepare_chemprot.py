@@ -15,13 +15,10 @@ from kinject.tasks.prepare_util import render, split_sentences, write_splits
 
 EVALUATED = ("CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9")
 LABELS = (*EVALUATED, "false")
-FILES = {"train": "chemprot_training/chemprot_training", "dev": "chemprot_development/chemprot_development",
-         "test": "chemprot_test_gs/chemprot_test"}
 ORIGINAL = "chemprot/biocreative6_original"
 
 
-def _stem(folder: Path, split: str) -> str:
-    return {"train": "chemprot_training", "dev": "chemprot_development", "test": "chemprot_test"}[split]
+STEMS = {"train": "chemprot_training", "dev": "chemprot_development", "test": "chemprot_test"}
 
 
 def _rows(path: Path, columns: int):
@@ -44,7 +41,7 @@ def _rows(path: Path, columns: int):
 
 def _file(folder: Path, split: str, kind: str) -> Path:
     suffix = "_gs" if split == "test" and kind in ("abstracts", "entities", "relations") else ""
-    name = f"{_stem(folder, split)}_{kind}{suffix}.tsv"
+    name = f"{STEMS[split]}_{kind}{suffix}.tsv"
     for candidate in (folder / f"{name}.gz", folder / name):
         if candidate.exists():
             return candidate

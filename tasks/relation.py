@@ -126,3 +126,5 @@ class DDITask(RelationTask):
     dataset = "ddi"
     label_set = prepare_ddi.LABELS
     negative = "DDI-false"
+
+from kinject.tasks.gad import GADTask  # noqa: E402,F401  (declared entry point kinject.tasks.relation:GADTask)

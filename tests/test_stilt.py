@@ -221,3 +221,13 @@ def test_matrix_rejects_unknown_tasks_before_running(tmp_path, tiny_model):
     assert not (tmp_path / "mx").exists()
     with pytest.raises(SpecError, match="--define"):
         mx.parse_defines(["t=notamapping"])
+
+
+def test_cli_module_is_light_at_import():
+    import subprocess
+    import sys
+
+    code = ("import sys, kinject.plugins.stilt.cli as c; assert c.app is not None; "
+            "print(sorted(m for m in ('torch', 'transformers', 'kinject.engine', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -174,7 +174,8 @@ def test_hpo_default_and_zero_shot_settings(tmp_path, capr_dir):
     assert {ex["group"] for ex in zero.examples("train", env)} <= {q["qid"] for q in task.queries("train", env)}
 
 
-def test_end_to_end_finetune_tiny(capr_dir, tmp_path, tiny_model):
+@pytest.mark.slow
+def test_end_to_end_finetune_tiny(capr_dir, tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     out = tmp_path / "run"
     result = subprocess.run([KINJECT, "run", "finetune", "--task", "capr", "--model", "tiny", "--set",

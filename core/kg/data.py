@@ -24,10 +24,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kinject.errors import DataError, KinjectError, SpecError
 from kinject.interfaces import Environment, KnowledgeSource
+from kinject.kg.batching import (IGNORE, KGCollator, length_grouped_batches, lengths_of,  # noqa: F401 (contract)
+                                 useful_token_fraction)
 
 FORMAT_VERSION = "1"
 TASKS = ("entity", "relation", "triplet", "tail")
-IGNORE = -100
 
 
 class KGDataConfig(BaseModel):
@@ -115,8 +116,19 @@ def _tokenize(texts: list[str], tokenizer, cap: int, num_proc: int) -> tuple[np.
     """Token ids of every text (no specials, at most ``cap``): flat int32 values, starts, lengths."""
     import pyarrow as pa
 
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # the Rust tokenizer directly: ~3x less overhead than __call__
+        from tokenizers import Tokenizer
+
+        backend = Tokenizer.from_str(backend.to_str())
+        backend.no_truncation()
+        backend.no_padding()
+
     def encode(batch):
-        return tokenizer(batch, add_special_tokens=False, truncation=True, max_length=cap)["input_ids"]
+        batch = [text[: cap * 40] for text in batch]  # no entity needs more characters than that
+        if backend is None:
+            return tokenizer(batch, add_special_tokens=False, truncation=True, max_length=cap)["input_ids"]
+        return [e.ids[:cap] for e in backend.encode_batch_fast(batch, add_special_tokens=False)]
 
     if num_proc > 1 and len(texts) >= 20_000:
         from datasets import Dataset
@@ -350,56 +362,3 @@ def load_kg_data(folder: Path, cached: bool = True) -> KGData:
     return KGData(path=folder, entities=entities, relations=meta["relations"],
                   triples=Dataset.from_file(str(folder / "triples.arrow")), stats=meta["stats"], cached=cached,
                   **sets)
-
-
-# -- batching ------------------------------------------------------------------------------------- #
-def lengths_of(dataset) -> np.ndarray:
-    if "length" in dataset.column_names:
-        return dataset.data.column("length").to_numpy()
-    return np.asarray([len(x) for x in dataset["input_ids"]])
-
-
-def length_grouped_batches(dataset, batch_size: int, seed: int = 0, mega: int = 50) -> list[list[int]]:
-    """Shuffled batches of similar-length rows: shuffle, sort inside mega-batches of ``mega`` batches,
-    cut into batches, shuffle the batch order."""
-    lengths = lengths_of(dataset)
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(lengths))
-    span = batch_size * mega
-    batches = []
-    for lo in range(0, len(order), span):
-        block = order[lo:lo + span]
-        block = block[np.argsort(-lengths[block], kind="stable")]
-        batches.extend(block[i:i + batch_size].tolist() for i in range(0, len(block), batch_size))
-    perm = rng.permutation(len(batches))
-    return [batches[i] for i in perm]
-
-
-def useful_token_fraction(dataset, batches: list[list[int]]) -> float:
-    """Non-pad tokens / all tokens when each batch is padded to its longest row."""
-    lengths = lengths_of(dataset)
-    useful = sum(int(lengths[b].sum()) for b in batches)
-    total = sum(int(lengths[b].max()) * len(b) for b in batches)
-    return useful / total if total else float("nan")
-
-
-class KGCollator:
-    """Pads a list of KG rows to the longest one: input_ids with [PAD], masks 0, list labels -100."""
-
-    def __init__(self, pad_token_id: int):
-        self.pad = int(pad_token_id)
-
-    def __call__(self, features: list[dict]) -> dict:
-        import torch
-
-        width = max(len(f["input_ids"]) for f in features)
-        batch = {}
-        for name, fill in (("input_ids", self.pad), ("attention_mask", 0), ("token_type_ids", 0)):
-            batch[name] = torch.tensor([list(f[name]) + [fill] * (width - len(f[name])) for f in features],
-                                       dtype=torch.long)
-        labels = [f["labels"] for f in features]
-        if isinstance(labels[0], (list, tuple, np.ndarray)):
-            batch["labels"] = torch.tensor([list(x) + [IGNORE] * (width - len(x)) for x in labels], dtype=torch.long)
-        else:
-            batch["labels"] = torch.tensor(labels, dtype=torch.long)
-        return batch

@@ -100,7 +100,7 @@ def metis_parts(graph: EntityGraph, k: int, seed: int = 0) -> np.ndarray:
         raise SpecError(f"-k: {k} parts but only {len(graph.entities)} entities")
     xadj, adjncy = graph.csr()
     options = pymetis.Options(seed=seed)
-    _, parts = pymetis.part_graph(k, xadj=xadj, adjncy=adjncy, options=options)
+    _, parts = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, adjncy), options=options)
     return np.asarray(parts, dtype=np.int32)
 
 

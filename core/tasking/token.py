@@ -137,8 +137,9 @@ def read_table(path: Path, header: list[str]) -> Iterator[tuple[int, list[str]]]
 class CatalogueSplits:
     """Mixin for tasks whose splits are files of a registered dataset (parsed once per data dir).
 
-    Subclasses set ``info`` and implement ``read_split(path, split)``. ``check`` parses every split,
-    so malformed data fails (file:line) before a run writes anything; ``env.limit`` caps each split.
+    Subclasses set ``info`` and implement ``read_split(path, split)``. ``check`` only looks for the
+    files (DataMissingError); ``Task.validate`` parses every split, so malformed data fails (file:line)
+    before a run writes anything. ``env.limit`` caps each split.
     """
 
     info: ClassVar[DatasetInfo]
@@ -151,7 +152,7 @@ class CatalogueSplits:
 
     def check(self, env: Environment) -> None:
         for split in (self.train_split, *self.eval_splits):
-            self.examples(split, env)
+            self.split_path(split, env)
 
     def describe_data(self, env: Environment) -> str:
         return f"{self.info.name}:{Path(env.data_dir) / self.info.folder}"

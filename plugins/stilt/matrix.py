@@ -123,7 +123,7 @@ def cell_spec(cell: Cell, base: dict[str, Any], sets: list[str]):
 def _spec_hash(spec) -> str:
     from kinject.engine import stable_hash
 
-    return stable_hash(spec.model_dump(mode="json", exclude={"output"}))
+    return stable_hash(spec.model_dump(mode="json", exclude={"output", "cache_dir"}))  # what changes results
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -157,12 +157,15 @@ def _preflight(cells: list[Cell], base: dict, sets: list[str], split: str | None
     """Resolve every distinct (target, column) spec and plan its stages, so bad names or missing data fail
     before anything runs. Returns target label -> (split, primary metric)."""
     from kinject import engine
+    from kinject.interfaces import TaskGroup
 
     scored: dict[str, tuple[str, str]] = {}
     for cell in cells:
         if cell.seed_index:
             continue
         run = engine.prepare(cell_spec(cell, base, sets))
+        if isinstance(run.task, TaskGroup):
+            raise SpecError(f"--targets: {cell.target.label!r} is a task group; list its member tasks")
         engine.plan(run)
         if cell.target.label not in scored:
             splits = run.task.eval_splits
@@ -183,7 +186,7 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
     cells = plan_cells(targets, intermediates, seeds)
     scored = _preflight(cells, base, sets, split)
     result = MatrixResult(summary={})
-    records: dict[Cell, dict] = {}
+    records: list[dict] = []
     started = time.perf_counter()
     for number, cell in enumerate(cells, 1):
         spec = cell_spec(cell, base, sets)
@@ -191,7 +194,7 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
         done = _load_cell(cell.result_path(output), spec_hash)
         where = f"[{number}/{len(cells)}] {cell.target.label} <- {cell.column} seed {spec.seed}"
         if done is not None:
-            records[cell] = done
+            records.append(done)
             result.skipped.append(cell)
             report(f"{where}: done before ({done['value']:.4f})")
             continue
@@ -207,7 +210,7 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
                   "seconds": round(time.perf_counter() - t0, 2), "spec_hash": spec_hash,
                   "run_dir": str(cell.run_dir(output))}
         _write_json(cell.result_path(output), record)
-        records[cell] = record
+        records.append(record)
         result.executed.append(cell)
         report(f"{where}: {split_name} {metric} = {record['value']:.4f} ({record['seconds']:.0f}s, "
                f"{time.perf_counter() - started:.0f}s so far)")
@@ -221,12 +224,12 @@ def _stats(values: list[float]) -> dict[str, Any]:
             "n": len(values), "values": values}
 
 
-def summarize(records: dict[Cell, dict], targets: list[TaskDef], intermediates: list[TaskDef],
+def summarize(records: list[dict], targets: list[TaskDef], intermediates: list[TaskDef],
               scored: dict[str, tuple[str, str]], seeds: int, base: dict[str, Any]) -> dict[str, Any]:
     """mean, std (ddof 1), n per cell; delta = cell mean - the target's baseline mean."""
     grouped: dict[tuple[str, str], list[float]] = {}
-    for cell, record in records.items():
-        grouped.setdefault((cell.target.label, cell.column), []).append(record["value"])
+    for record in records:
+        grouped.setdefault((record["target"], record["intermediate"]), []).append(record["value"])
     rows: dict[str, Any] = {}
     for target in targets:
         split_name, metric = scored[target.label]
@@ -250,8 +253,6 @@ def summarize(records: dict[Cell, dict], targets: list[TaskDef], intermediates: 
 
 def write_outputs(summary: dict[str, Any], output: Path) -> dict[str, Path]:
     """matrix.json (everything), matrix.csv (one line per cell) and matrix.png (the heatmap)."""
-    from kinject.plugins.stilt.plot import heatmap
-
     output.mkdir(parents=True, exist_ok=True)
     files = {"json": output / "matrix.json", "csv": output / "matrix.csv", "png": output / "matrix.png"}
     _write_json(files["json"], summary)
@@ -269,3 +270,44 @@ def write_outputs(summary: dict[str, Any], output: Path) -> dict[str, Path]:
     tmp.replace(files["csv"])
     heatmap(summary, files["png"])
     return files
+
+
+def heatmap(summary: dict[str, Any], path: Path) -> None:
+    """Targets x (baseline + intermediates): mean ± std per cell, coloured by the change vs baseline
+    (blue: gain, orange: loss, white: none; saturation relative to the largest change in the grid)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import LinearSegmentedColormap, Normalize
+    from matplotlib.figure import Figure
+
+    rows = summary["rows"]
+    columns = [BASELINE, *summary["intermediates"]]
+    deltas = np.full((len(rows), len(columns)), np.nan)
+    for i, row in enumerate(rows.values()):
+        for j, column in enumerate(columns):
+            stats = row["cells"].get(column)
+            if stats is not None:
+                deltas[i, j] = 0.0 if stats["delta"] is None else stats["delta"]
+    scale = float(np.nanmax(np.abs(deltas))) if np.isfinite(deltas).any() else 0.0
+    cmap = LinearSegmentedColormap.from_list("loss-gain", ["#e8741c", "#ffffff", "#2b6cc4"])
+    cmap = cmap.with_extremes(bad="#d9d9d9")
+    fig = Figure(figsize=(2.8 + 1.5 * len(columns), 1.0 + 0.65 * len(rows)))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    image = ax.imshow(np.ma.masked_invalid(deltas), cmap=cmap, norm=Normalize(-(scale or 1.0), scale or 1.0),
+                      aspect="auto")
+    fig.colorbar(image, ax=ax, label="change vs baseline", shrink=0.8)
+    for i, row in enumerate(rows.values()):
+        for j, column in enumerate(columns):
+            stats = row["cells"].get(column)
+            text = "-" if stats is None else f"{stats['mean']:.3f}\n±{stats['std']:.3f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8)
+    ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
+    ax.set_yticks(range(len(rows)), [f"{label}\n({row['split']} {row['metric']})" for label, row in rows.items()])
+    ax.set_xlabel("intermediate task")
+    ax.set_ylabel("target task")
+    ax.set_title(f"STILT, {summary['model']}, mean ± std over {summary['seeds']} seed(s)", fontsize=10)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=120)
+    tmp.replace(path)

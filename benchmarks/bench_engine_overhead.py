@@ -1,0 +1,88 @@
+"""Engine overhead: (1) a cached no-op stage (key hashing, cache lookup, hooks) per stage, and (2) a whole
+`finetune` run through the engine vs calling kinject.training.train directly on the same tiny model and data.
+
+Usage: .venv/bin/python benchmarks/bench_engine_overhead.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("KINJECT_PROGRESS", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+
+def main() -> None:
+    from conftest import write_textcls
+
+    from kinject import engine
+    from kinject.interfaces import PluginConfig, Stage, Strategy
+    from kinject.registry import registry
+    from kinject.spec import build_spec
+
+    class NoOp(Strategy):
+        """Ten no-op stages."""
+
+        class Config(PluginConfig):
+            pass
+
+        def stages(self, run):
+            out, prev = [], ()
+            for i in range(10):
+                out.append(Stage(name=f"noop{i}", fn=lambda ctx: None, config={"i": i}, inputs=prev))
+                prev = (f"noop{i}",)
+            return out
+
+    registry("strategies").register("noop", NoOp)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        data = write_textcls(tmp / "data", n_train=256, n_eval=32)
+        spec = build_spec({"task": {"name": "textcls", "path": str(data)}, "strategy": {"name": "noop"},
+                           "model": {"name": "tiny"}, "cache_dir": str(tmp / "cache")})
+        engine.execute(engine.prepare(spec), tmp / "warm")  # fills the cache
+        per_stage = []
+        for i in range(5):
+            run = engine.prepare(spec)
+            start = time.perf_counter()
+            for stage, key, folder, cached in engine.plan(run):
+                assert cached
+                engine.run_stage(run, stage, key, folder)
+                run.stage_dirs[stage.name] = folder
+            per_stage.append((time.perf_counter() - start) / 10)
+        print(f"cached no-op stage: median {statistics.median(per_stage) * 1e3:.2f} ms per stage "
+              "(plan + key + lookup + hooks)")
+
+        # whole finetune through the engine vs training directly
+        from kinject.models import load_tokenizer, resolve_model
+        from kinject.stages import build_task_model
+        from kinject.training import train
+
+        ft = build_spec({"task": {"name": "textcls", "path": str(data)}, "model": {"name": "tiny"},
+                         "training": {"epochs": 3}, "cache_dir": str(tmp / "cache2")})
+        engine_times, direct_times = [], []
+        for r in range(3):
+            spec_r = ft.model_copy(update={"cache_dir": tmp / f"cache-e{r}"})
+            start = time.perf_counter()
+            engine.execute(engine.prepare(spec_r), tmp / f"run{r}")
+            engine_times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            run = engine.prepare(spec_r)
+            tok = load_tokenizer(resolve_model("tiny", run.env.cache_dir))
+            task = run.task
+            model = build_task_model(run.model_path, task.head(run.env), seed=0)
+            feats = task.featurize(tok, task.examples("train", run.env), 128, run.env)
+            train(model, feats, task.collator(tok), ft.training, tmp / f"direct{r}", 0)
+            direct_times.append(time.perf_counter() - start)
+        e, d = statistics.median(engine_times), statistics.median(direct_times)
+        print(f"finetune via engine (train + save + evaluate dev/test + run dir): {e:.2f} s; "
+              f"train() directly: {d:.2f} s; difference {e - d:.2f} s (includes evaluation and saving)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""KIMERA analysis (paper section 5): heatmaps of the mask and of I_h before/after, the mean I_h of
+retrained vs frozen heads (table 3), and per-layer counts of heads whose importance rose or fell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+
+def importance_table(mask: torch.Tensor, before: torch.Tensor, after: torch.Tensor) -> dict:
+    """Table 3 and figure 3 numbers. Retrained heads: m < 1 (their updates were not zero)."""
+    retrained = mask < 1
+
+    def mean(values: torch.Tensor, where: torch.Tensor) -> float | None:
+        return float(values[where].mean()) if bool(where.any()) else None
+
+    table = {"frozen": {"heads": int((~retrained).sum()), "before": mean(before, ~retrained),
+                        "after": mean(after, ~retrained)},
+             "retrained": {"heads": int(retrained.sum()), "before": mean(before, retrained),
+                           "after": mean(after, retrained)}}
+    per_layer = []
+    rose, fell = after > before, after < before
+    for layer in range(mask.shape[0]):
+        r, f = retrained[layer], ~retrained[layer]
+        per_layer.append({
+            "layer": layer, "mean_before": float(before[layer].mean()), "mean_after": float(after[layer].mean()),
+            "retrained_rose": int((rose[layer] & r).sum()), "retrained_fell": int((fell[layer] & r).sum()),
+            "frozen_rose": int((rose[layer] & f).sum()), "frozen_fell": int((fell[layer] & f).sum())})
+    return {"table3": table, "per_layer": per_layer}
+
+
+def heatmap(values: torch.Tensor, title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1 + 0.45 * values.shape[1], 1 + 0.4 * values.shape[0]))
+    image = ax.imshow(values.numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_xticks(range(values.shape[1]))
+    ax.set_yticks(range(values.shape[0]))
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def bars(table: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = table["per_layer"]
+    layers = [r["layer"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    width = 0.4
+    axes[0].bar([x - width / 2 for x in layers], [r["mean_before"] for r in rows], width, label="before")
+    axes[0].bar([x + width / 2 for x in layers], [r["mean_after"] for r in rows], width, label="after")
+    axes[0].set_title("mean I_h per layer")
+    axes[0].legend()
+    for ax, group in ((axes[1], "retrained"), (axes[2], "frozen")):
+        ax.bar([x - width / 2 for x in layers], [r[f"{group}_rose"] for r in rows], width, label="rose")
+        ax.bar([x + width / 2 for x in layers], [r[f"{group}_fell"] for r in rows], width, label="fell")
+        ax.set_title(f"{group} heads: importance rose / fell")
+        ax.legend()
+    for ax in axes:
+        ax.set_xlabel("layer")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_analysis(out: Path, mask: torch.Tensor, before: torch.Tensor, after: torch.Tensor, kind: str) -> dict:
+    """Write plots/*.png and analysis.json into ``out``; returns the tables."""
+    out = Path(out)
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    heatmap(mask, f"{kind} mask (1 = important, frozen)", plots / "mask.png")
+    heatmap(before, "I_h before KIMERA (fine-tuned base model)", plots / "importance_before.png")
+    heatmap(after, "I_h after KIMERA", plots / "importance_after.png")
+    table = importance_table(mask, before, after)
+    bars(table, plots / "importance_per_layer.png")
+    table.update({"mask_kind": kind, "mask": mask.tolist(), "importance_before": before.tolist(),
+                  "importance_after": after.tolist()})
+    (out / "analysis.json").write_text(json.dumps(table, indent=1))
+    return table

@@ -1,0 +1,224 @@
+"""KIMERA phase 2: multi-task knowledge-graph retraining under a head mask.
+
+Tasks (paper section 2.2): entity prediction as MLM over every token of the masked entity (o given
+(s, r) and s given (r, o)), relation prediction (multi-class), triplet classification (binary, with
+corrupted negatives). Each batch holds one task; batches of all tasks are shuffled together, so the
+expected loss is sum_i alpha_i L_i. Classification heads pool the encoder output (cls, mean, max, or
+a learned attention pooling). The head mask scales each head's updates (masks.HeadUpdateScaler) and,
+with ``forward_mask``, gates the heads in the forward pass as well.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .gating import HeadGates, head_layout
+from .masks import HeadUpdateScaler, freeze_non_attention
+
+log = logging.getLogger("kinject")
+
+KG_TASKS = ("entity", "relation", "triplet")
+TASK_ID = {name: i for i, name in enumerate(KG_TASKS)}
+
+
+class KGMultiTaskModel(nn.Module):
+    """An encoder with the three KG heads: MLM (tied to the word embeddings), relation, triplet."""
+
+    def __init__(self, encoder: nn.Module, num_relations: int, pooling: str = "cls",
+                 alphas: dict[str, float] | None = None):
+        super().__init__()
+        self.encoder = encoder
+        config = encoder.config
+        hidden = config.hidden_size
+        self.pooling = pooling
+        self.alphas = {name: 1.0 for name in KG_TASKS} | (alphas or {})
+        self.mlm_transform = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(),
+                                           nn.LayerNorm(hidden, eps=getattr(config, "layer_norm_eps", 1e-12)))
+        self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.relation_head = nn.Linear(hidden, max(num_relations, 1))
+        self.triplet_head = nn.Linear(hidden, 2)
+        self.pool_score = nn.Linear(hidden, 1) if pooling == "learned" else None
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, D) by the configured pooling; padding never counts."""
+        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        if self.pooling == "mean":
+            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        if self.pooling == "max":
+            return hidden.masked_fill(mask == 0, torch.finfo(hidden.dtype).min).max(1).values
+        scores = self.pool_score(hidden).masked_fill(mask == 0, torch.finfo(hidden.dtype).min)
+        return (scores.softmax(1) * hidden).sum(1)
+
+    def forward(self, input_ids, attention_mask, labels, task, token_type_ids=None):
+        kind = KG_TASKS[int(task.view(-1)[0])]
+        if bool((task != task.view(-1)[0]).any()):
+            raise ValueError("a KG batch must hold one task")
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+        if kind == "entity":
+            where = labels != -100
+            states = self.mlm_transform(hidden[where])
+            logits = states @ self.encoder.get_input_embeddings().weight.t() + self.mlm_bias
+            loss = F.cross_entropy(logits, labels[where])
+        else:
+            head = self.relation_head if kind == "relation" else self.triplet_head
+            logits = head(self.pool(hidden, attention_mask))
+            loss = F.cross_entropy(logits, labels.view(-1))
+        return {"loss": self.alphas[kind] * loss, "logits": logits}
+
+
+class KGBatchDataset(torch.utils.data.Dataset):
+    """The KG task datasets side by side; item i is a row of one task, tagged with its task id."""
+
+    def __init__(self, datasets: dict[str, Any]):
+        self.names = [n for n in KG_TASKS if n in datasets and len(datasets[n])]
+        self.datasets = datasets
+        self.offsets, total = {}, 0
+        for name in self.names:
+            self.offsets[name] = total
+            total += len(datasets[name])
+        self.total = total
+
+    def __len__(self) -> int:
+        return self.total
+
+    def locate(self, index: int) -> tuple[str, int]:
+        for name in reversed(self.names):
+            if index >= self.offsets[name]:
+                return name, index - self.offsets[name]
+        raise IndexError(index)
+
+    def __getitem__(self, index: int) -> dict:
+        name, row = self.locate(index)
+        item = dict(self.datasets[name][row])
+        item["task"] = TASK_ID[name]
+        return item
+
+
+class MultiTaskBatchSampler:
+    """Batches of one task each (length-grouped within the task), shuffled across tasks every epoch.
+
+    ``batches_of(dataset, batch_size, seed)`` yields index lists for one task (kinject.kg.data's
+    length-grouped batching); a task whose alpha is 0 is left out.
+    """
+
+    def __init__(self, data: KGBatchDataset, batch_size: int, seed: int, alphas: dict[str, float], batches_of):
+        self.data, self.batch_size, self.seed, self.batches_of = data, batch_size, seed, batches_of
+        self.tasks = [n for n in data.names if alphas.get(n, 1.0) > 0]
+        self.epoch = 0
+        self._cache = self._plan(0)
+
+    def _plan(self, epoch: int) -> list[list[int]]:
+        plan = []
+        for name in self.tasks:
+            offset = self.data.offsets[name]
+            for batch in self.batches_of(self.data.datasets[name], self.batch_size, self.seed + epoch):
+                plan.append([offset + int(i) for i in batch])
+        random.Random(self.seed * 1000 + epoch).shuffle(plan)
+        return plan
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __iter__(self):
+        plan, self._cache = self._cache, None
+        self.epoch += 1
+        self._cache = self._plan(self.epoch)
+        return iter(plan)
+
+
+class TaskCollator:
+    """kinject.kg.data's KGCollator (dynamic padding) plus the batch's task id."""
+
+    def __init__(self, pad_token_id: int):
+        from kinject.kg.data import KGCollator
+
+        self.inner = KGCollator(pad_token_id)
+
+    def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
+        batch = self.inner(list(features))
+        batch["task"] = torch.tensor([int(f["task"]) for f in features])
+        return batch
+
+
+def kg_trainer_class():
+    """A HF Trainer that feeds KG batches from MultiTaskBatchSampler and scales head updates."""
+    from transformers import Trainer
+
+    class KimeraTrainer(Trainer):
+        def __init__(self, *args, batch_sampler=None, update_scaler: HeadUpdateScaler | None = None, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.kg_batch_sampler = batch_sampler
+            self.update_scaler = update_scaler
+
+        def get_train_dataloader(self):
+            loader = torch.utils.data.DataLoader(self.train_dataset, batch_sampler=self.kg_batch_sampler,
+                                                 collate_fn=self.data_collator, num_workers=0)
+            return self.accelerator.prepare(loader)
+
+        def create_optimizer(self):
+            optimizer = super().create_optimizer()
+            if self.update_scaler is not None and not self.update_scaler._handles:
+                self.update_scaler.attach(optimizer)
+            return optimizer
+
+    return KimeraTrainer
+
+
+def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relations: int, training, work: Path,
+            seed: int, mask: torch.Tensor | None = None, forward_mask: bool = False, other_params: str = "train",
+            pooling: str = "cls", alphas: dict[str, float] | None = None, batches_of=None,
+            resume: bool = False) -> dict[str, float]:
+    """Train ``encoder`` in place on the KG tasks; ``mask`` (L, H) scales each head's updates by 1 - m.
+
+    ``training`` is a kinject TrainingSpec (max_steps/epochs, learning rate, batch size, decay).
+    """
+    from transformers import set_seed
+
+    from kinject.training import training_arguments
+
+    set_seed(seed)
+    model = KGMultiTaskModel(encoder, num_relations, pooling, alphas)
+    if other_params == "freeze":
+        frozen = freeze_non_attention(model, encoder)
+        log.info("kimera retrain: %d non-attention encoder parameters frozen", frozen)
+    data = KGBatchDataset(datasets)
+    sampler = MultiTaskBatchSampler(data, training.batch_size, seed, model.alphas, batches_of)
+    if not len(sampler):
+        from kinject.errors import KinjectError
+
+        raise KinjectError("KIMERA retraining: no KG batches (every task empty or disabled by alpha 0)")
+    scaler = HeadUpdateScaler(encoder, mask) if mask is not None else None
+    gates = HeadGates(encoder, (1.0 - mask).clamp(0, 1), head_layout(encoder)) if forward_mask and mask is not None \
+        else None
+    args = training_arguments(training, work, seed, group_by_length=False, remove_unused_columns=False,
+                              ddp_find_unused_parameters=True, label_names=["labels"])
+    trainer = kg_trainer_class()(model=model, args=args, train_dataset=data, batch_sampler=sampler,
+                                 data_collator=TaskCollator(tokenizer.pad_token_id),
+                                 update_scaler=scaler)
+    from kinject.training import last_checkpoint
+
+    checkpoint = last_checkpoint(work) if resume else None
+    if gates is not None:
+        gates.attach()
+    try:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+    finally:
+        if gates is not None:
+            gates.detach()
+        if scaler is not None:
+            scaler.detach()
+    stats = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
+    stats["global_step"] = float(trainer.state.global_step)
+    stats["batches_per_epoch"] = float(len(sampler))
+    stats.update({f"kg_rows_{n}": float(len(datasets[n])) for n in data.names})
+    return stats

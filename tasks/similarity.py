@@ -1,0 +1,52 @@
+"""BIOSSES: biomedical sentence similarity (BLURB), regression on [CLS] of ``s1 [SEP] s2``, Pearson r.
+
+TSV with header ``pair_id<TAB>sent1<TAB>sent2<TAB>score``, score in [0, 4] (mean of five annotators);
+the Peng et al. split (64/16/20 pairs). One linear output, MSE loss.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import ClassVar
+
+from kinject.errors import DataError
+from kinject.tasking.datasets import DatasetInfo, register_dataset
+from kinject.tasking.sequence import SequenceClassificationTask
+from kinject.tasking.token import CatalogueSplits, read_table
+
+HEADER = ["pair_id", "sent1", "sent2", "score"]
+
+
+def read_biosses(path: Path) -> list[dict]:
+    out = []
+    for number, (pair_id, first, second, score) in read_table(path, HEADER):
+        try:
+            value = float(score)
+        except ValueError:
+            value = math.nan
+        if not 0.0 <= value <= 4.0:
+            raise DataError(f"score {score!r} is not a number in [0, 4]", path, number)
+        out.append({"id": pair_id, "text": first, "text_pair": second, "label": value, "where": f"{path}:{number}"})
+    return out
+
+
+BIOSSES = register_dataset(DatasetInfo(
+    name="biosses", folder="biosses", splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
+    description="BIOSSES sentence pairs with similarity 0-4, BLURB/Peng et al. split (64/16/20)",
+    how_to_get="run BLURB's data preparation (https://microsoft.github.io/BLURB/) and put BIOSSES "
+               "train/dev/test.tsv (header pair_id<TAB>sent1<TAB>sent2<TAB>score) in <data_dir>/biosses/",
+    count=lambda folder: {s: len(read_biosses(Path(folder) / f)) for s, f in BIOSSES.splits.items()}))
+
+
+class BIOSSESTask(CatalogueSplits, SequenceClassificationTask):
+    """BIOSSES: sentence-pair similarity regression (0-4), Pearson correlation."""
+
+    info: ClassVar[DatasetInfo] = BIOSSES
+    dataset: ClassVar[str] = BIOSSES.folder
+    kind: ClassVar[str] = "sentence_similarity"
+    problem_type: ClassVar[str] = "regression"
+    default_metrics: ClassVar[list[dict]] = [{"name": "pearson"}]
+
+    def read_split(self, path: Path, split: str) -> list[dict]:
+        return read_biosses(path)

@@ -186,6 +186,7 @@ def test_matrix_writes_grid_and_resumes_only_missing_cells(stilt_runs, tmp_path,
         cell = json.loads((out / "cells" / row["target"] / row["intermediate"] / "seed-0.json").read_text())
         stats = summary["rows"][row["target"]]["cells"][row["intermediate"]]
         assert float(row["mean"]) == pytest.approx(cell["value"]) == pytest.approx(stats["mean"])
+        assert row["n"] == "1" and row["std"] == "" and stats["std"] is None  # no spread from one seed
         baseline = summary["rows"][row["target"]]["cells"]["baseline"]["mean"]
         if row["intermediate"] == "baseline":
             assert row["delta"] == "" and stats["delta"] is None
@@ -203,8 +204,11 @@ def test_matrix_writes_grid_and_resumes_only_missing_cells(stilt_runs, tmp_path,
     targets = mx.parse_task_list("b,c", mx.parse_defines(defines), "--targets")
     inters = mx.parse_task_list("a,d", mx.parse_defines(defines), "--intermediates")
     sets = ["model.max_length=32", *[f"training.{k}={v}" for k, v in FAST.items()]]
-    rerun = mx.run_matrix(targets, inters, 1, {"seed": 42, "model": {"name": tiny_model},
-                                                "cache_dir": str(cache_dir)}, sets, out)
+    base = {"seed": 42, "model": {"name": tiny_model}, "cache_dir": str(cache_dir)}
+    partial = mx.run_matrix(targets, inters, 1, base, sets, out, run_missing=False)  # summarise, run nothing
+    assert partial.executed == [] and not removed.exists()
+    assert partial.summary["rows"]["c"]["cells"]["d"] is None and partial.summary["rows"]["c"]["cells"]["a"]
+    rerun = mx.run_matrix(targets, inters, 1, base, sets, out)
     assert [(cell.target.label, cell.column) for cell in rerun.executed] == [("c", "d")]
     assert len(rerun.skipped) == 5 and removed.exists()
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())

@@ -20,7 +20,8 @@ def kinject(*args: str) -> int:
     return 0
 
 
-def test_list_shows_present_with_sizes_and_missing(tmp_path, capsys):
+def test_list_shows_present_with_sizes_and_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
     folder = tmp_path / "gad"
     folder.mkdir()
     for split, n in (("train", 3), ("dev", 1), ("test", 2)):

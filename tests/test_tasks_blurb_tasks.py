@@ -56,7 +56,7 @@ def test_hoc_scores_abstracts_not_sentences(tmp_path):
 def test_hoc_bad_rows(tmp_path, bad, where, what):
     path = write_splits(tmp_path / "hoc", f"labels\tsentence\tindex\n{bad}\n") / "train.tsv"
     with pytest.raises(DataError, match=what) as info:
-        task("hoc").check(Environment(tmp_path, tmp_path))
+        task("hoc").validate(Environment(tmp_path, tmp_path))
     assert str(info.value).startswith(f"{path}{where}")
 
 
@@ -72,7 +72,7 @@ def test_gad_reads_fixture_and_rejects_unknown_label(tmp_path):
     assert gad.score("test", gad.examples("test", env), [], logits, env)["f1_binary"] == pytest.approx(2 / 3)
     (tmp_path / "gad" / "dev.tsv").write_text(text.replace("\t0\n", "\tmaybe\n"))
     with pytest.raises(DataError, match=r"dev.tsv:3: unknown label 'maybe'"):
-        task("gad").check(env)
+        task("gad").validate(env)
 
 
 def test_gad_is_reachable_as_declared_in_relation_module():
@@ -102,14 +102,14 @@ def test_biosses_regression_pearson_and_score_range(tmp_path, tiny_model):
     assert out["pearson"] > 0.99
     (tmp_path / "biosses" / "test.tsv").write_text(text.replace("\t4\n", "\t4.5\n"))
     with pytest.raises(DataError, match=r"test.tsv:6: score '4.5'"):
-        task("biosses").check(env)
+        task("biosses").validate(env)
 
 
 # -- EBM-NLP PICO fixture -------------------------------------------------------------------------- #
 DOCS = {  # pmid -> (tokens, participants, interventions, outcomes)
     "101": ("Adults with asthma received drug X . Lung function improved .".split(),
-            [0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0],
-            [0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0]),
+            [1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0],
+            [0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0]),
     "202": ("Children given placebo had fewer attacks .".split(),
             [1, 1, 1, 0, 0, 0, 0], [0, 0, 1, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1, 0]),
 }
@@ -133,7 +133,7 @@ def test_pico_loader_sentences_overlap_and_splits(tmp_path):
     pico = task("ebmpico", dev_fraction=0.0)
     train = pico.examples("train", env)
     assert [ex["words"][0] for ex in train] == ["Adults", "Lung", "Children"]  # 3 sentences, 2 abstracts
-    assert train[0]["tags"][:6] == ["O", "B-PAR", "I-PAR", "I-PAR", "B-INT", "I-INT"]
+    assert train[0]["tags"][:6] == ["B-PAR", "I-PAR", "I-PAR", "O", "B-INT", "I-INT"]
     child = train[2]
     # "placebo" is in participants (span of 3) and interventions (span of 1): the inner span wins for training,
     # both elements stay in the gold used for scoring
@@ -141,7 +141,9 @@ def test_pico_loader_sentences_overlap_and_splits(tmp_path):
     assert child["elements"][2] == ["participants", "interventions"]
     assert len(pico.examples("test", env)) == 1
     everything_dev = task("ebmpico", dev_fraction=0.999)
-    assert everything_dev.examples("dev", env) and pytest.raises(DataError)  # noqa: B015
+    assert len(everything_dev.examples("dev", env)) == 3
+    with pytest.raises(DataError, match="no annotated abstracts"):
+        everything_dev.examples("train", env)
 
 
 def test_pico_word_f1_from_predicted_tags(tmp_path, tiny_model):

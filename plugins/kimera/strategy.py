@@ -149,6 +149,10 @@ class KimeraStrategy(Strategy):
             kg = build_kg_data(source, env, tokenizer, KGDataConfig(
                 tasks=tasks, max_length=cfg.kg_max_length, max_triples=cfg.kg_max_triples,
                 negatives_seed=run.spec.seed))
+            if len(kg.relations) < 2 and "relation" in tasks:  # one relation: nothing to predict
+                log.warning("kimera: the KG has %d relation type(s); relation prediction disabled", len(kg.relations))
+                alphas["relation"] = 0.0
+                tasks.remove("relation")
             head_mask = None
             if mask != "none":
                 stage = f"kimera-mask-{mask}"

@@ -33,6 +33,8 @@ def matrix(targets: str = typer.Option(..., "--targets", help="Target tasks, com
            data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Datasets folder"),
            cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Stage cache folder"),
            dry_run: bool = typer.Option(False, "--dry-run", help="List the cells and which are done; run nothing"),
+           report_only: bool = typer.Option(False, "--report-only", help="Summarise the finished cells (CSV, JSON, "
+                                            "PNG); run nothing"),
            debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Every target x intermediate pair plus each target's baseline: CSV, JSON, heatmap PNG; resumable."""
     from rich.console import Console
@@ -66,7 +68,7 @@ def matrix(targets: str = typer.Option(..., "--targets", help="Target tasks, com
         console.print(f"{len(cells)} cells, {sum(c.result_path(output).exists() for c in cells)} done")
         return
     result = mx.run_matrix(target_defs, inter_defs, seeds, base, list(sets or []), output, split,
-                           report=console.print)
+                           report=console.print, run_missing=not report_only)
     console.print(f"{len(result.executed)} cells run, {len(result.skipped)} reused; "
                   + ", ".join(str(p) for p in result.files.values()))
     _print_summary(console, result.summary)
@@ -88,6 +90,7 @@ def _print_summary(console, summary: dict) -> None:
                 shown.append("-")
                 continue
             delta = "" if stats["delta"] is None else f" ({stats['delta']:+.3f})"
-            shown.append(f"{stats['mean']:.3f} ± {stats['std']:.3f}{delta}")
+            spread = f" ± {stats['std']:.3f}" if stats["std"] is not None else f" (n={stats['n']})"
+            shown.append(f"{stats['mean']:.3f}{spread}{delta}")
         table.add_row(f"{label} ({row['metric']})", *shown)
     console.print(table)

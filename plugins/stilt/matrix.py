@@ -178,8 +178,11 @@ def _preflight(cells: list[Cell], base: dict, sets: list[str], split: str | None
 
 def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int, base: dict[str, Any],
                sets: list[str], output: Path, split: str | None = None,
-               report: Callable[[str], None] = log.info) -> MatrixResult:
-    """Run (or continue) the matrix in ``output`` and write matrix.csv/.json/.png."""
+               report: Callable[[str], None] = log.info, run_missing: bool = True) -> MatrixResult:
+    """Run (or continue) the matrix in ``output`` and write matrix.csv/.json/.png.
+
+    ``run_missing=False`` only summarises the cells finished so far (e.g. while another process runs it).
+    """
     from kinject import engine
 
     output = Path(output)
@@ -197,6 +200,9 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
             records.append(done)
             result.skipped.append(cell)
             report(f"{where}: done before ({done['value']:.4f})")
+            continue
+        if not run_missing:
+            report(f"{where}: not run yet")
             continue
         split_name, metric = scored[cell.target.label]
         t0 = time.perf_counter()
@@ -220,7 +226,7 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
 
 
 def _stats(values: list[float]) -> dict[str, Any]:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
             "n": len(values), "values": values}
 
 
@@ -265,8 +271,9 @@ def write_outputs(summary: dict[str, Any], output: Path) -> dict[str, Path]:
                 if stats is None:
                     continue
                 delta = "" if stats["delta"] is None else f"{stats['delta']:.6f}"
+                std = "" if stats["std"] is None else f"{stats['std']:.6f}"
                 writer.writerow([target, column, row["split"], row["metric"], stats["n"],
-                                 f"{stats['mean']:.6f}", f"{stats['std']:.6f}", delta])
+                                 f"{stats['mean']:.6f}", std, delta])
     tmp.replace(files["csv"])
     heatmap(summary, files["png"])
     return files
@@ -300,13 +307,16 @@ def heatmap(summary: dict[str, Any], path: Path) -> None:
     for i, row in enumerate(rows.values()):
         for j, column in enumerate(columns):
             stats = row["cells"].get(column)
-            text = "-" if stats is None else f"{stats['mean']:.3f}\n±{stats['std']:.3f}"
+            text = "-" if stats is None else f"{stats['mean']:.3f}\n" + (
+                f"±{stats['std']:.3f}" if stats["std"] is not None else f"(n={stats['n']})")
             ax.text(j, i, text, ha="center", va="center", fontsize=8)
     ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
     ax.set_yticks(range(len(rows)), [f"{label}\n({row['split']} {row['metric']})" for label, row in rows.items()])
     ax.set_xlabel("intermediate task")
     ax.set_ylabel("target task")
-    ax.set_title(f"STILT, {summary['model']}, mean ± std over {summary['seeds']} seed(s)", fontsize=10)
+    done = [stats["n"] for row in rows.values() for stats in row["cells"].values() if stats]
+    seeds = f"{min(done)}-{max(done)}" if done and min(done) != max(done) else str(max(done, default=0))
+    ax.set_title(f"STILT, {summary['model']}, mean ± std over {seeds} of {summary['seeds']} seed(s)", fontsize=10)
     fig.tight_layout()
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
     fig.savefig(tmp, dpi=120)

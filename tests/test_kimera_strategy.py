@@ -1,0 +1,103 @@
+"""The `kimera` strategy: config validation, the stage plan of every variant, one end-to-end tiny run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kinject.errors import SpecError
+from kinject.spec import PluginRef, validate_plugin_config
+
+
+def config(**options):
+    from kinject.plugins.kimera.strategy import KimeraStrategy
+
+    return validate_plugin_config(KimeraStrategy, PluginRef(name="kimera", **options), "strategy")
+
+
+def test_variants_resolve_to_settings_and_bad_combinations_are_rejected():
+    assert config().settings() == ("hard", False, False)
+    assert config(variant="b+f").settings() == ("hard", True, False)
+    assert config(variant="soft", forward_mask=True).settings() == ("soft", True, False)
+    assert config(variant="from-scratch").settings() == ("none", False, True)
+    with pytest.raises(SpecError, match="only apply to retraining variants"):
+        config(variant="pruned", mask="soft")
+    with pytest.raises(SpecError, match="forward_mask needs a mask"):
+        config(variant="no-mask", forward_mask=True)
+    with pytest.raises(SpecError, match="strategy.variant"):
+        config(variant="hardmask")
+    with pytest.raises(SpecError, match="strategy.tau"):
+        config(tau=1.5)
+    with pytest.raises(SpecError, match="every KG task is disabled"):
+        config(alphas={"entity": 0, "relation": 0, "triplet": 0})
+
+
+def prepared(tmp_path, textcls_dir, tiny_model, **strategy):
+    from kinject.engine import prepare
+    from kinject.spec import build_spec
+
+    kg = tmp_path / "kg.tsv"
+    kg.write_text("gene\tcauses\tdisease\ndrug\ttreatment\tcancer\ncell\tcauses\tcancer\n"
+                  "protein\tassociated\tgene\ndose\teffect\tdrug\npatients\tassociated\tdisease\n")
+    spec = build_spec({"model": {"name": "tiny", "max_length": 32},
+                       "task": {"name": "textcls", "path": str(textcls_dir)},
+                       "strategy": {"name": "kimera", **strategy}, "sources": [{"name": "triples", "path": str(kg)}],
+                       "training": {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3},
+                       "cache_dir": str(tmp_path / "cache"), "data_dir": str(tmp_path)})
+    return prepare(spec)
+
+
+@pytest.mark.parametrize("variant,names", [
+    ("finetune", ["finetune", "evaluate"]),
+    ("pruned", ["finetune", "kimera-mask-hard", "kimera-pruned-encoder", "kimera-pruned-finetune",
+                "kimera-pruned-evaluate"]),
+    ("no-mask", ["kimera-retrain", "kimera-finetune", "kimera-evaluate"]),
+    ("soft", ["finetune", "kimera-mask-soft", "kimera-retrain", "kimera-finetune", "kimera-evaluate",
+              "kimera-analysis"]),
+])
+def test_stage_plan_per_variant(tmp_path, textcls_dir, tiny_model, variant, names):
+    run = prepared(tmp_path, textcls_dir, tiny_model, variant=variant)
+    assert [s.name for s in run.strategy.stages(run)] == names
+
+
+def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):
+    from kinject.engine import plan
+    from kinject.finetune import FinetuneStrategy
+
+    run = prepared(tmp_path, textcls_dir, tiny_model, variant="hard")
+    kimera_key = dict((s.name, k) for s, k, _, _ in plan(run))["finetune"]
+    run.strategy = FinetuneStrategy()
+    assert dict((s.name, k) for s, k, _, _ in plan(run))["finetune"] == kimera_key
+
+
+@pytest.mark.slow
+def test_end_to_end_hard_mask_run_writes_masks_model_metrics_and_analysis(tmp_path, textcls_dir, tiny_model):
+    import torch
+    from transformers import AutoModel
+
+    from kinject.engine import execute
+
+    run = prepared(tmp_path, textcls_dir, tiny_model, variant="hard", kg_steps=4, kg_batch_size=4,
+                   score_examples=16, rho=0.25, tau=0.5)
+    metrics = execute(run, tmp_path / "run")
+    assert set(metrics) >= {"dev", "test"} and 0.0 <= metrics["test"]["accuracy"] <= 1.0
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    dirs = {s["name"]: s["dir"] for s in info["stages"]}
+    masks = json.loads((Path(dirs["kimera-mask-hard"]) / "masks.json").read_text())
+    hard = torch.tensor(masks["hard"])
+    assert hard.shape == (2, 4) and set(hard.unique().tolist()) <= {0.0, 1.0}
+    analysis = json.loads((Path(dirs["kimera-analysis"]) / "analysis.json").read_text())
+    assert analysis["table3"]["frozen"]["heads"] + analysis["table3"]["retrained"]["heads"] == 8
+    for png in ("mask", "importance_before", "importance_after", "importance_per_layer"):
+        assert (Path(dirs["kimera-analysis"]) / "plots" / f"{png}.png").stat().st_size > 1000
+    # the retrained encoder: frozen heads equal the pre-trained model's, the model loads with AutoModel
+    retrained = AutoModel.from_pretrained(Path(dirs["kimera-retrain"]) / "model")
+    base = AutoModel.from_pretrained(tiny_model)
+    for layer in range(2):
+        for head in range(4):
+            rows = slice(head * 8, head * 8 + 8)
+            same = torch.equal(retrained.encoder.layer[layer].attention.self.query.weight[rows],
+                               base.encoder.layer[layer].attention.self.query.weight[rows])
+            assert same == bool(hard[layer, head] == 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from kinject.errors import DataError
 
@@ -17,8 +17,9 @@ def open_text(path: Path):
     return open(path, "rb")
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text without newline); invalid UTF-8 -> DataError naming file:line."""
+def iter_lines(path: Path, on_bad: Callable[[str, Path, int], None] | None = None) -> Iterator[tuple[int, str]]:
+    """(line number, text without newline). Invalid UTF-8 -> DataError naming file:line, or, when ``on_bad``
+    is given, ``on_bad(message, path, line)`` and the line is passed over."""
     path = Path(path)
     try:
         handle = open_text(path)
@@ -29,7 +30,10 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise DataError(f"invalid UTF-8 (byte {exc.start})", path, number) from None
+                if on_bad is None:
+                    raise DataError(f"invalid UTF-8 (byte {exc.start})", path, number) from None
+                on_bad(f"invalid UTF-8 (byte {exc.start})", path, number)
+                continue
             yield number, text.rstrip("\r\n")
 
 

@@ -12,15 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kinject.cli.main import main
-
-
-def kinject(*args: str) -> int:
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+from helpers import run_kinject as kinject
 
 
 def run_args(data: Path, out: Path, *extra: str) -> list[str]:
@@ -114,7 +106,7 @@ class Slow:
         time.sleep(0.25)
 
 plugin_manager().register(Slow(), name="slow")
-from kinject.cli.main import main
+from helpers import run_kinject as kinject
 main(sys.argv[1:])
 """
 

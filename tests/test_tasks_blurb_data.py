@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers import run_kinject as kinject
 from kinject.cli.main import main
 from kinject.tasking.datasets import DatasetInfo, register_dataset
-
-
-def kinject(*args: str) -> int:
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 def test_list_shows_present_with_sizes_and_missing(tmp_path, capsys, monkeypatch):

@@ -8,21 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kinject.cli.main import main
+from helpers import run_kinject as kinject
 from kinject.interfaces import Environment
 from kinject.tasking.token import decode, encode, spans, TokenClassificationTask
 
 NER_DATA = {"ncbi-disease": ("ncbi_disease", (5424, 923, 940), 5134), "bc5chem": ("bc5cdr_chem", (4560, 4581, 4797), 5203),
             "bc5disease": ("bc5cdr_disease", (4560, 4581, 4797), 4182), "bc2gm": ("bc2gm", (12574, 2519, 5038), 15197),
             "jnlpba": ("jnlpba", (16807, 1739, 3856), 46750)}
-
-
-def kinject(*args: str) -> int:
-    try:
-        main(list(args))
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 def test_schemes_round_trip_and_io_merges_adjacent_entities():

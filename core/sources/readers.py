@@ -10,26 +10,15 @@ from typing import Iterator
 
 from kinject.errors import DataError
 from kinject.interfaces import Triple
-from kinject.io import open_text
+from kinject.io import iter_lines
 from kinject.sources.filters import BadRows
 
 
 def iter_text_lines(path: Path, bad: BadRows) -> Iterator[tuple[int, str]]:
     """(line number, text) for every non-empty line; invalid UTF-8 is a bad row."""
-    try:
-        handle = open_text(path)
-    except FileNotFoundError:
-        raise DataError("file not found", path) from None
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                bad(f"invalid UTF-8 (byte {exc.start})", path, number)
-                continue
-            text = text.rstrip("\r\n")
-            if text.strip():
-                yield number, text
+    for number, text in iter_lines(path, on_bad=bad):
+        if text.strip():
+            yield number, text
 
 
 def read_text_map(path: Path, bad: BadRows) -> dict[str, str]:

@@ -33,6 +33,56 @@ class PaddingCounter:
         return self.useful / self.total if self.total else float("nan")
 
 
+class LengthBucketSampler:
+    """Length-grouped sampling that stays tight on small datasets.
+
+    Shuffle, cut into mega-batches of ``megabatch_mult`` batches, sort each by length, cut into batches, shuffle
+    the batches. (transformers' LengthGroupedSampler shrinks mega-batches to a quarter of the data, so on a few
+    hundred examples it barely groups: useful-token fractions of ~0.4 on CAPR pairs.) The one partial batch
+    goes last, so the DataLoader's re-batching of the index stream keeps every batch intact.
+    """
+
+    def __init__(self, lengths: list[int], batch_size: int, megabatch_mult: int = 50):
+        self.lengths, self.batch_size, self.megabatch_mult = list(lengths), batch_size, megabatch_mult
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        import torch
+
+        n, bs = len(self.lengths), self.batch_size
+        perm = torch.randperm(n).tolist()  # global torch RNG: seeded by the Trainer, restored on resume
+        size = bs * max(1, self.megabatch_mult)
+        full, partial = [], []
+        for start in range(0, n, size):
+            mega = sorted(perm[start:start + size], key=lambda i: self.lengths[i], reverse=True)
+            for k in range(0, len(mega), bs):
+                (full if len(mega[k:k + bs]) == bs else partial).append(mega[k:k + bs])
+        order = torch.randperm(len(full)).tolist()
+        batches = [full[i] for i in order]
+        if batches:  # the longest batch first, so memory errors show up at once
+            longest = max(range(len(batches)), key=lambda b: self.lengths[batches[b][0]])
+            batches[0], batches[longest] = batches[longest], batches[0]
+        return iter([i for batch in batches + partial for i in batch])
+
+
+def with_length_buckets(trainer_cls):
+    """A subclass of ``trainer_cls`` whose training sampler is :class:`LengthBucketSampler`."""
+
+    class LengthBucketTrainer(trainer_cls):
+        def _get_train_sampler(self, train_dataset=None):
+            if not self.args.group_by_length or self.train_dataset is None:
+                return super()._get_train_sampler(train_dataset)
+            source = self.train_dataset
+            columns = getattr(source, "column_names", [])
+            lengths = source["length"] if "length" in columns else [len(x["input_ids"]) for x in source]
+            return LengthBucketSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps)
+
+    LengthBucketTrainer.__name__ = f"LengthBucket{trainer_cls.__name__}"
+    return LengthBucketTrainer
+
+
 def to_dataset(features: list[dict]):
     """Features (dicts of lists) -> a datasets.Dataset with a ``length`` column for length grouping."""
     from datasets import Dataset
@@ -116,7 +166,7 @@ def train(model, features: list[dict], collator: Callable, training: TrainingSpe
     set_seed(seed)
     counter = PaddingCounter(collator)
     args = training_arguments(training, work, seed, **arg_overrides)
-    trainer_cls = trainer_cls or Trainer
+    trainer_cls = with_length_buckets(trainer_cls or Trainer)
     trainer = trainer_cls(model=model, args=args, train_dataset=to_dataset(features), data_collator=counter,
                           callbacks=[_HookCallback(stage)])
     checkpoint = last_checkpoint(work) if resume else None

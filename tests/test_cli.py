@@ -77,6 +77,8 @@ def test_info_and_doctor():
     info = cli("info", "textcls")
     assert info.returncode == 0 and "multi_label" in info.stdout and "label_separator" in info.stdout
     assert_user_error(cli("info", "textclz"), "Did you mean 'textcls'")
+    relation = cli("info", "chemprot")  # a description with "[E1]..[/E1]" is text, not rich markup
+    assert relation.returncode == 0 and "entity_style" in relation.stdout, relation.stderr
     doctor = cli("doctor")
     assert doctor.returncode == 0
     for needle in ("transformers", "offline", "data dir", "finetune", "device"):

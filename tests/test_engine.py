@@ -106,7 +106,7 @@ class Slow:
         time.sleep(0.25)
 
 plugin_manager().register(Slow(), name="slow")
-from helpers import run_kinject as kinject
+from kinject.cli.main import main
 main(sys.argv[1:])
 """
 

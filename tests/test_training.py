@@ -1,0 +1,43 @@
+"""Length-bucketed sampling: a permutation, full batches of similar length, seeded."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from kinject.training import LengthBucketSampler, PaddingCounter
+
+
+def _batches(indices, size):
+    return [indices[i:i + size] for i in range(0, len(indices), size)]
+
+
+def test_sampler_is_a_permutation_with_tight_batches():
+    rng = random.Random(0)
+    lengths = [rng.randint(5, 120) for _ in range(203)]
+    torch.manual_seed(0)
+    order = list(LengthBucketSampler(lengths, batch_size=16))
+    assert sorted(order) == list(range(203))
+    batches = _batches(order, 16)
+    assert [len(b) for b in batches[:-1]] == [16] * 12 and len(batches[-1]) == 11  # partial batch last
+    useful = sum(lengths)
+    padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+    assert useful / padded > 0.9  # random batches would give ~0.6 here
+    assert max(lengths[i] for i in batches[0]) == max(lengths)  # longest batch first
+    torch.manual_seed(0)
+    assert list(LengthBucketSampler(lengths, batch_size=16)) == order
+    torch.manual_seed(1)
+    assert list(LengthBucketSampler(lengths, batch_size=16)) != order
+
+
+def test_padding_counter_counts_useful_tokens():
+    def collate(features):
+        width = max(len(f["input_ids"]) for f in features)
+        mask = [[1] * len(f["input_ids"]) + [0] * (width - len(f["input_ids"])) for f in features]
+        return {"attention_mask": torch.tensor(mask)}
+
+    counter = PaddingCounter(collate)
+    counter([{"input_ids": [1, 2, 3]}, {"input_ids": [1]}])
+    assert (counter.useful, counter.total) == (4, 6)
+    assert abs(counter.useful_fraction - 4 / 6) < 1e-12

@@ -1,4 +1,4 @@
-from kinject.cli.main import main
+from kinject.cli import main
 
 if __name__ == "__main__":
     main()

@@ -62,7 +62,7 @@ def test_did_you_mean():
 
 
 def test_list_imports_no_plugin_and_no_torch():
-    code = ("import sys\nfrom kinject.cli.main import main\n"
+    code = ("import sys\nfrom kinject.cli import main\n"
             "try:\n    main(['list'])\nexcept SystemExit:\n    pass\n"
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('kinject.tasks.', 'kinject.finetune',"
             " 'transformers', 'kinject.evaluators.'))]\nprint('IMPORTED', bad)\n")

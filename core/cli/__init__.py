@@ -1,1 +1,29 @@
-"""The `kinject` command line (typer + rich)."""
+"""The `kinject` command line (typer + rich).
+
+The console entry point is :func:`main`: `kinject list` is served without loading the typer app (fast path);
+everything else goes to :mod:`kinject.cli.main`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. User errors -> one line on stderr, exit code 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["list"]:
+        from kinject.cli.listing import fast_list
+        from kinject.errors import KinjectError
+
+        try:
+            if fast_list(argv):
+                return
+        except KinjectError as exc:
+            if "--debug" in argv:
+                raise
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+    from kinject.cli.main import main as full_main
+
+    full_main(argv)

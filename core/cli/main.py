@@ -28,25 +28,9 @@ KINDS = list(GROUPS)
 def list_plugins(kind: Optional[str] = typer.Argument(None, help="strategies | tasks | sources | evaluators"),
                  check: bool = typer.Option(False, "--check", help="Import every plugin to check it loads.")):
     """List plugins: name, description, distribution, version, health (no plugin is imported)."""
-    from rich.table import Table
+    from kinject.cli.listing import print_plugins
 
-    from kinject.errors import KinjectError
-
-    if kind is not None and kind not in KINDS:
-        import difflib
-
-        close = difflib.get_close_matches(kind, KINDS, n=1)
-        raise KinjectError(f"unknown plugin kind {kind!r}." + (f" Did you mean {close[0]!r}?" if close else "")
-                           + f" Kinds: {', '.join(KINDS)}")
-    for k in [kind] if kind else KINDS:
-        table = Table(title=k, title_justify="left", show_lines=False)
-        for col in ("name", "description", "distribution", "version", "health"):
-            table.add_column(col, overflow="fold")
-        for info in registry(k).infos():
-            error = info.error or (registry(k).check(info.name) if check else "")
-            health = "[green]ok[/]" if not error else f"[red]broken[/]: {error}"
-            table.add_row(info.name, info.description, info.distribution, info.version, health)
-        console.print(table)
+    print_plugins(kind, check, console)
 
 
 @app.command()

@@ -112,9 +112,9 @@ class KimeraStrategy(Strategy):
             raise SpecError(f"sources.0: KIMERA needs a knowledge graph (triples), {source.name!r} is a "
                             f"{source.kind} source")
         if source is None:
-            from kinject.registry import registry
+            from kinject.sources.hpo import default_source
 
-            source = registry("sources").get("hpo")()
+            source = default_source(self.config.kg_max_triples)
             source.check(run.env)
         env = dataclasses.replace(run.env, limit=None)  # the KG size is kg_max_triples, not --limit
         config = {"model": run.spec.model.model_dump(), "seed": run.spec.seed, "mask": mask, "forward_mask": forward,

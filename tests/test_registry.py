@@ -37,7 +37,13 @@ def broken_dist(tmp_path, monkeypatch):
         "broken_wrong": 'class Strategy:\n    """Not a kinject Strategy."""\n',
     })
     monkeypatch.syspath_prepend(str(root))
-    return root
+    from kinject.registry import GROUPS, registry
+
+    for kind in GROUPS:  # the process-wide registries cache what they discovered
+        registry(kind).refresh()
+    yield root
+    for kind in GROUPS:
+        registry(kind).refresh()
 
 
 def test_listing_reports_broken_plugins_without_breaking_others(broken_dist):

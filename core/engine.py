@@ -263,7 +263,7 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
     hooks = run.hooks()
     try:
         hooks.kinject_run_start(spec=resolved, run_dir=output)
-        records, metrics, model_dir = [], {}, None
+        records, metrics, model_dir, exports = [], {}, None, []
         for stage, key, folder, _cached in plan(run):
             cached, seconds = run_stage(run, stage, key, folder)
             run.stage_keys[stage.name] = key
@@ -274,6 +274,7 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
                 metrics = json.loads((folder / "metrics.json").read_text())
             if stage.produces_model and (folder / "model").exists():
                 model_dir = folder / "model"
+            exports.extend(folder / name for name in stage.artifacts if (folder / name).exists())
         if is_main_process():
             info = {"spec": resolved, "stages": records, "versions": _versions(), "git_sha": _git_sha(),
                     "seed": run.spec.seed, "data": run.task.describe_data(run.env),
@@ -282,6 +283,11 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2))
             if model_dir is not None:
                 shutil.copytree(model_dir, tmp / "model", copy_function=_link_or_copy)
+            for path in exports:  # stage artifacts a person reads (plots, masks, tables)
+                if path.is_dir():
+                    shutil.copytree(path, tmp / path.name, copy_function=_link_or_copy, dirs_exist_ok=True)
+                else:
+                    _link_or_copy(str(path), str(tmp / path.name))
             hooks.kinject_run_end(spec=resolved, run_dir=output, metrics=metrics)
             if handler is not None:
                 logging.getLogger().removeHandler(handler)

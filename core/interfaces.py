@@ -169,6 +169,7 @@ class Stage:
     inputs: tuple[str, ...] = ()
     version: str = "1"
     produces_model: bool = False
+    artifacts: tuple[str, ...] = ()  # files/folders of the stage output copied into the run directory
 
 
 class Strategy(Component):

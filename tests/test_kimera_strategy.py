@@ -92,6 +92,9 @@ def test_end_to_end_hard_mask_run_writes_masks_model_metrics_and_analysis(tmp_pa
     assert analysis["table3"]["frozen"]["heads"] + analysis["table3"]["retrained"]["heads"] == 8
     for png in ("mask", "importance_before", "importance_after", "importance_per_layer"):
         assert (Path(dirs["kimera-analysis"]) / "plots" / f"{png}.png").stat().st_size > 1000
+        assert (tmp_path / "run" / "plots" / f"{png}.png").exists()  # exported into the run directory
+    assert json.loads((tmp_path / "run" / "analysis.json").read_text()) == analysis
+    assert json.loads((tmp_path / "run" / "masks.json").read_text()) == masks
     # the retrained encoder: frozen heads equal the pre-trained model's, the model loads with AutoModel
     retrained = AutoModel.from_pretrained(Path(dirs["kimera-retrain"]) / "model")
     base = AutoModel.from_pretrained(tiny_model)

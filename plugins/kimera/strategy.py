@@ -100,7 +100,8 @@ class KimeraStrategy(Strategy):
             (ctx.out / "search.json").write_text(json.dumps(summary, indent=2))
 
         inputs = () if cfg.finetuned_model else ("finetune",)
-        return Stage(name=f"kimera-mask-{kind}", fn=fn, config=config, inputs=inputs, version="1")
+        return Stage(name=f"kimera-mask-{kind}", fn=fn, config=config, inputs=inputs, version="1",
+                     artifacts=("masks.json", "search.json"))
 
     def retrain_stage(self, run, mask: str, forward: bool, scratch: bool) -> Stage:
         cfg = self.config
@@ -214,7 +215,7 @@ class KimeraStrategy(Strategy):
             write_analysis(ctx.out, mask, before, normalize_importance(raw), kind)
 
         return Stage(name="kimera-analysis", fn=fn, config=self._scoring_config(run),
-                     inputs=(f"kimera-mask-{kind}", "kimera-finetune"))
+                     inputs=(f"kimera-mask-{kind}", "kimera-finetune"), artifacts=("analysis.json", "plots"))
 
     # -- the pipeline --------------------------------------------------------------------------- #
     def stages(self, run) -> list[Stage]:

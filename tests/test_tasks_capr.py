@@ -188,3 +188,17 @@ def test_end_to_end_finetune_tiny(capr_dir, tmp_path):
         assert metrics[split]["queries"] == 6
         assert 0 <= metrics[split]["recall@1"] <= metrics[split]["recall@5"] <= 1
         assert 0.25 <= metrics[split]["mrr"] <= 1  # 4 candidates: the worst rank is 4
+
+
+def test_evaluation_queries_do_not_depend_on_the_run_seed(tmp_path):
+    """--repeats must score every seed on the same queries (training data may vary with the seed)."""
+    from kinject.interfaces import Environment
+    from kinject.registry import registry
+
+    cls = registry("tasks").get("capr")
+    task = cls(cls.Config(dataset="hpo", max_eval_queries=5, max_train_queries=5))
+    envs = [Environment(data_dir=tmp_path, cache_dir=tmp_path, seed=s) for s in (1, 2)]
+    dev = [[ex["group"] for ex in cls(task.config).examples("dev", env)] for env in envs]
+    train = [[ex["group"] for ex in cls(task.config).examples("train", env)] for env in envs]
+    assert dev[0] == dev[1]
+    assert train[0] != train[1]

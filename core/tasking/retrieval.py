@@ -34,6 +34,8 @@ class RetrievalConfig(SequenceTaskConfig):
     max_eval_queries: int | None = Field(200, ge=1, description="Queries per evaluation split (seeded sample; "
                                          "None: all).")
     max_train_queries: int | None = Field(500, ge=1, description="Training queries (seeded sample; None: all).")
+    eval_sample_seed: int = Field(0, description="Seed of the evaluation query sample: fixed, so runs with "
+                                  "different seeds (--repeats) are scored on the same queries.")
     train_negatives: int = Field(1, ge=0, le=100, description="Non-relevant passages per training query "
                                  "(the negative:positive ratio of the training pairs).")
 
@@ -104,7 +106,8 @@ class RetrievalTask(SequenceClassificationTask):
     def capped_queries(self, split: str, env: Environment) -> list[dict]:
         cfg = self.config
         cap = cfg.max_train_queries if split == self.train_split else cfg.max_eval_queries
-        chosen = sample(self.queries(split, env), cap, f"{env.seed}:{split}:queries")
+        seed = env.seed if split == self.train_split else cfg.eval_sample_seed  # training data varies with seed
+        chosen = sample(self.queries(split, env), cap, f"{seed}:{split}:queries")
         return chosen[: env.limit] if env.limit else chosen
 
     def examples(self, split: str, env: Environment) -> list[dict]:

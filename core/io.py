@@ -73,3 +73,33 @@ def read_tsv(path: Path, columns: int | None = None, header: bool = False, delim
         yield number, row
     if empty:
         raise DataError("empty file", path)
+
+
+def read_csv_columns(path: Path, columns: tuple[str, ...], what: str = "") -> Iterator[tuple[int, dict[str, str]]]:
+    """(line, {column: value}) for the named columns of a CSV file with a header (quoted multi-line fields
+    allowed; .gz read transparently). Invalid UTF-8, an empty file, a missing column or a row with the wrong
+    number of fields -> DataError naming file:line. ``what`` is added to the missing-column message."""
+    import csv
+    import io
+
+    path = Path(path)
+    with open_text(path) as handle:
+        raw = handle.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"invalid UTF-8 (byte {exc.start})", path, raw.count(b"\n", 0, exc.start) + 1) from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if not header:
+        raise DataError("empty file", path)
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise DataError(f"missing column {missing[0]!r} ({what or 'header: ' + ', '.join(header)})", path, 1)
+    index = [header.index(c) for c in columns]
+    for row in reader:
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise DataError(f"expected {len(header)} columns, found {len(row)}", path, reader.line_num)
+        yield reader.line_num, {c: row[i] for c, i in zip(columns, index)}

@@ -6,8 +6,6 @@ published file names (``MP_IN_adm_train.csv``, ... ``_val``, ``_test``). Metric:
 
 from __future__ import annotations
 
-import csv
-import io
 import re
 from pathlib import Path
 from typing import ClassVar
@@ -15,6 +13,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from kinject.errors import DataError, DataMissingError
+from kinject.io import read_csv_columns
 from kinject.interfaces import Environment
 from kinject.tasking.datasets import DatasetInfo, register_dataset
 from kinject.tasking.sequence import SequenceClassificationTask, SequenceTaskConfig
@@ -37,27 +36,10 @@ class CopConfig(SequenceTaskConfig):
 
 def read_csv_rows(path: Path, label_column: str):
     """(line, id, text, label string) per row; bad UTF-8, empty file, wrong column count -> file:line."""
-    raw = Path(path).read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"invalid UTF-8 (byte {exc.start})", path, raw.count(b"\n", 0, exc.start) + 1) from None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader, None)
-    if not header:
-        raise DataError("empty file", path)
-    for column in ("id", "text", label_column):
-        if column not in header:
-            raise DataError(f"missing column {column!r} (header: {', '.join(header)})", path, 1)
-    i_id, i_text, i_label = header.index("id"), header.index("text"), header.index(label_column)
     rows = 0
-    for row in reader:
-        if not row:
-            continue
-        if len(row) != len(header):
-            raise DataError(f"expected {len(header)} columns, found {len(row)}", path, reader.line_num)
+    for line, row in read_csv_columns(path, ("id", "text", label_column)):
         rows += 1
-        yield reader.line_num, row[i_id], row[i_text], row[i_label].strip()
+        yield line, row["id"], row["text"], row[label_column].strip()
     if rows == 0:
         raise DataError("no data rows", path)
 

@@ -11,9 +11,7 @@ comma-separated). Splits: seeded 70/10/20 by patient (SUBJECT_ID), so a patient 
 from __future__ import annotations
 
 import csv
-import gzip
 import hashlib
-import io
 import os
 import re
 import tempfile
@@ -21,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from kinject.errors import DataError, DataMissingError
+from kinject.io import read_csv_columns
 
 SECTIONS = {  # kept section -> header keywords (lower case, matched as a prefix of the header)
     "CHIEF COMPLAINT": ("chief complaint",),
@@ -72,23 +71,8 @@ def _table(mimic_dir: Path, name: str, columns: tuple[str, ...]):
             break
     else:
         raise DataMissingError(f"MIMIC-III table {name}.csv(.gz) not found in {mimic_dir}")
-    raw = gzip.open(path, "rb").read() if path.suffix == ".gz" else path.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"invalid UTF-8 (byte {exc.start})", path, raw.count(b"\n", 0, exc.start) + 1) from None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader, None)
-    if not header:
-        raise DataError("empty file", path)
-    missing = [c for c in columns if c not in header]
-    if missing:
-        raise DataError(f"missing column {missing[0]!r} (MIMIC-III column names expected)", path, 1)
-    index = [header.index(c) for c in columns]
-    for row in reader:
-        if len(row) != len(header):
-            raise DataError(f"expected {len(header)} columns, found {len(row)}", path, reader.line_num)
-        yield reader.line_num, path, {c: row[i] for c, i in zip(columns, index)}
+    for line, row in read_csv_columns(path, columns, "MIMIC-III column names expected"):
+        yield line, path, row
 
 
 def _split(subject: str, seed: int) -> str:

@@ -59,6 +59,18 @@ def relevant_ranks(flags: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return np.asarray(ranks, dtype=int)
 
 
+def _ranked(references, predictions, groups) -> tuple[list, int]:
+    """The ranks of the relevant candidates of every query that has one, and how many queries had none."""
+    ranked, skipped = [], 0
+    for flags, scores in _groups(references, predictions, groups):
+        ranks = relevant_ranks(flags, scores)
+        if ranks.size:
+            ranked.append(ranks)
+        else:
+            skipped += 1
+    return ranked, skipped
+
+
 class RecallAtK(Evaluator):
     """Recall@k over candidate groups: the share of a query's relevant candidates ranked in its top k."""
 
@@ -66,16 +78,9 @@ class RecallAtK(Evaluator):
         ks: list[int] = Field([1, 5], description="Cut-offs; one metric recall@<k> each.")
 
     def compute(self, references, predictions, groups: Sequence | None = None, **kwargs: Any) -> dict[str, float]:
-        sums, used, skipped = {k: 0.0 for k in self.config.ks}, 0, 0
-        for flags, scores in _groups(references, predictions, groups):
-            ranks = relevant_ranks(flags, scores)
-            if ranks.size == 0:
-                skipped += 1
-                continue
-            used += 1
-            for k in self.config.ks:
-                sums[k] += float((ranks <= k).mean())
-        out = {f"recall@{k}": (sums[k] / used if used else 0.0) for k in self.config.ks}
+        ranked, skipped = _ranked(references, predictions, groups)
+        out = {f"recall@{k}": (sum(float((r <= k).mean()) for r in ranked) / len(ranked) if ranked else 0.0)
+               for k in self.config.ks}
         out["recall_queries_skipped"] = float(skipped)
         return out
 
@@ -87,12 +92,6 @@ class MRR(Evaluator):
         name: str = Field("mrr", description="Metric key.")
 
     def compute(self, references, predictions, groups: Sequence | None = None, **kwargs: Any) -> dict[str, float]:
-        total, used, skipped = 0.0, 0, 0
-        for flags, scores in _groups(references, predictions, groups):
-            ranks = relevant_ranks(flags, scores)
-            if ranks.size == 0:
-                skipped += 1
-                continue
-            used += 1
-            total += 1.0 / ranks.min()
-        return {self.config.name: total / used if used else 0.0, f"{self.config.name}_queries_skipped": float(skipped)}
+        ranked, skipped = _ranked(references, predictions, groups)
+        value = sum(1.0 / r.min() for r in ranked) / len(ranked) if ranked else 0.0
+        return {self.config.name: value, f"{self.config.name}_queries_skipped": float(skipped)}

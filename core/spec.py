@@ -47,10 +47,12 @@ class TrainingSpec(StrictModel):
     logging_steps: int = Field(50, ge=1, description="Log training loss every N steps.")
     bf16: bool = Field(False, description="bfloat16 mixed precision (GPU).")
     limit: int | None = Field(None, ge=1, description="Cap every split at N examples (smoke runs).")
+    eval_splits: list[str] | None = Field(None, description="Splits the evaluate stage scores (default: the "
+                                          "task's evaluation splits, e.g. dev and test).")
 
     #: fields that change how often things are logged/saved or how evaluation batches, not what is learned
     NOT_AFFECTING_TRAINING: ClassVar[frozenset[str]] = frozenset(
-        {"eval_batch_size", "logging_steps", "save_steps", "limit"})
+        {"eval_batch_size", "logging_steps", "save_steps", "limit", "eval_splits"})
 
     def cache_fields(self) -> dict[str, Any]:
         """The fields a trained model depends on (what a training stage's cache key includes)."""

@@ -121,11 +121,21 @@ def evaluate_stage(run: RunContext, model_stage: str = "finetune", name: str = "
     task = task or run.task
     config = {"task": task_fingerprint(task, run.env), "max_length": run.spec.model.max_length,
               "eval_batch_size": run.spec.training.eval_batch_size}
+    splits = run.spec.training.eval_splits
+    if splits is not None:
+        known = (*task.eval_splits, task.train_split)
+        unknown = [s for s in splits if s not in known]
+        if unknown or not splits:
+            from kinject.errors import SpecError
+
+            raise SpecError(f"training.eval_splits: {', '.join(unknown) or 'empty list'} "
+                            f"(task {task.name!r} has: {', '.join(known)})")
+        config["splits"] = list(splits)
 
     def fn(ctx: StageContext) -> None:
         model_dir = ctx.inputs[model_stage] / "model"
         metrics = evaluate_model(model_dir, task, run, run.spec.training, run.spec.model.max_length,
-                                 run.spec.seed, ctx.work)
+                                 run.spec.seed, ctx.work, tuple(splits) if splits else None)
         train_stats = ctx.inputs[model_stage] / "train.json"
         if train_stats.exists():
             metrics["train"] = json.loads(train_stats.read_text())

@@ -24,6 +24,18 @@ def stages(run_dir: Path) -> dict[str, dict]:
     return {s["name"]: s for s in json.loads((run_dir / "run.json").read_text())["stages"]}
 
 
+def test_eval_splits_scores_only_the_chosen_splits(tmp_path, textcls_dir, tiny_model, capsys):
+    full, only_test = tmp_path / "full", tmp_path / "test-only"
+    assert kinject(*run_args(textcls_dir, full)) == 0
+    assert kinject(*run_args(textcls_dir, only_test, "--set", "training.eval_splits=[test]")) == 0
+    metrics = json.loads((only_test / "metrics.json").read_text())
+    assert "dev" not in metrics and metrics["test"] == json.loads((full / "metrics.json").read_text())["test"]
+    assert stages(only_test)["finetune"]["cached"] and not stages(only_test)["evaluate"]["cached"]
+    capsys.readouterr()
+    assert kinject(*run_args(textcls_dir, tmp_path / "bad", "--set", "training.eval_splits=[tset]")) == 2
+    assert "training.eval_splits: tset" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
 def test_run_directory_and_cache(tmp_path, textcls_dir, tiny_model):
     out = tmp_path / "run"
     assert kinject(*run_args(textcls_dir, out)) == 0

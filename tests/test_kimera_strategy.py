@@ -62,6 +62,17 @@ def test_stage_plan_per_variant(tmp_path, textcls_dir, tiny_model, variant, name
     assert [s.name for s in run.strategy.stages(run)] == names
 
 
+def test_mask_search_watches_the_task_selection_metric(tmp_path, textcls_dir, tiny_model):
+    from kinject.tasks.capr import CaprTask
+
+    assert CaprTask().selection_metric() == "mrr" and CaprTask().primary_metric() == "recall@1"
+    run = prepared(tmp_path, textcls_dir, tiny_model, variant="hard")
+    mask = next(s for s in run.strategy.stages(run) if s.name == "kimera-mask-hard")
+    assert mask.config["search_metric"] == run.task.primary_metric() == "accuracy"
+    run = prepared(tmp_path, textcls_dir, tiny_model, variant="hard", search_metric="f1_macro")
+    assert next(s for s in run.strategy.stages(run) if s.name == "kimera-mask-hard").config["search_metric"] == "f1_macro"
+
+
 def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):
     from kinject.engine import plan
     from kinject.finetune import FinetuneStrategy

@@ -103,6 +103,9 @@ class RetrievalTask(SequenceClassificationTask):
     def primary_metric(self) -> str:
         return "recall@1"
 
+    def selection_metric(self) -> str:
+        return "mrr"  # recall@1 moves in steps of 1/queries; MRR credits every rank
+
     def capped_queries(self, split: str, env: Environment) -> list[dict]:
         cfg = self.config
         cap = cfg.max_train_queries if split == self.train_split else cfg.max_eval_queries

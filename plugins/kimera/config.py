@@ -51,8 +51,8 @@ class KimeraConfig(PluginConfig):
     score_examples: int = Field(200, ge=1, description="Examples in the scoring set (retrieval tasks: whole "
                                 "candidate groups, so roughly this many pairs).")
     score_batch_size: int = Field(32, ge=1, description="Batch size of importance scoring.")
-    search_metric: str | None = Field(None, description="Metric the search watches (default: the task's primary "
-                                      "metric); higher must be better.")
+    search_metric: str | None = Field(None, description="Metric the search watches (default: the task's selection "
+                                      "metric: mrr for retrieval tasks, else the primary metric); higher must be better.")
     kg_steps: int = Field(200, ge=1, description="KG retraining optimiser steps (the retraining budget).")
     kg_batch_size: int = Field(16, ge=1, description="KG retraining batch size.")
     kg_learning_rate: float = Field(5e-5, gt=0, description="KG retraining peak learning rate.")

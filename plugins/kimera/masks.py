@@ -85,7 +85,8 @@ class HeadUpdateScaler:
                 if lin.bias is not None:
                     self.targets.append((lin.bias, per_unit))
             self.targets.append((layer.output.weight, per_unit.view(1, -1)))
-        self.targets = [(p, r.to(p.device, p.dtype)) for p, r in self.targets if p.requires_grad]
+        # parameters whose heads all train at the full rate need no bookkeeping
+        self.targets = [(p, r.to(p.device, p.dtype)) for p, r in self.targets if p.requires_grad and bool((r < 1).any())]
         self._saved: list[torch.Tensor] = []
         self._handles: list = []
 
@@ -95,11 +96,11 @@ class HeadUpdateScaler:
 
     @torch.no_grad()
     def after_step(self, *args, **kwargs) -> None:
+        """p <- old + rate * (p - old), one fused pass; torch.lerp is exact at rate 0 (old) and 1 (p)."""
         if not self._saved:
             return
         for (p, rate), old in zip(self.targets, self._saved):
-            new = torch.where(rate == 1, p, old + rate * (p - old))
-            p.copy_(torch.where(rate == 0, old, new))
+            p.copy_(old.lerp_(p, rate))
         self._saved = []
 
     def attach(self, optimizer: torch.optim.Optimizer) -> "HeadUpdateScaler":

@@ -61,7 +61,7 @@ class KimeraStrategy(Strategy):
     def _scoring_config(self, run) -> dict:
         cfg = self.config
         return {"score_split": cfg.score_split, "score_examples": cfg.score_examples,
-                "score_batch_size": cfg.score_batch_size, "search_metric": cfg.search_metric,
+                "score_batch_size": cfg.score_batch_size, "search_metric": cfg.search_metric or run.task.selection_metric(),
                 "max_length": run.spec.model.max_length, "attn": run.spec.model.attn_implementation}
 
     def mask_stage(self, run, kind: str) -> Stage:
@@ -82,7 +82,7 @@ class KimeraStrategy(Strategy):
             tokenizer = load_tokenizer(str(model_dir))
             model = _task_model(model_dir, run.task.head(run.env), run.spec.model.attn_implementation)
             split, examples, features, batches = scoring_set(run, cfg, tokenizer)
-            name = cfg.search_metric or run.task.primary_metric()
+            name = cfg.search_metric or run.task.selection_metric()
 
             def metric(logits) -> float:
                 scores = run.task.score(split, examples, features, logits, run.env)

@@ -48,7 +48,7 @@ class KimeraConfig(PluginConfig):
     max_rounds: int = Field(40, ge=1, description="Cap on masking rounds.")
     score_split: str | None = Field(None, description="Split scored for head importance and the mask search "
                                     "(default: the task's first evaluation split, e.g. dev).")
-    score_examples: int = Field(400, ge=1, description="Examples in the scoring set (retrieval tasks: whole "
+    score_examples: int = Field(1000, ge=1, description="Examples in the scoring set (retrieval tasks: whole "
                                 "candidate groups, so roughly this many pairs).")
     score_batch_size: int = Field(32, ge=1, description="Batch size of importance scoring.")
     search_metric: str | None = Field(None, description="Metric the search watches (default: the task's selection "

@@ -82,7 +82,7 @@ class KimeraStrategy(Strategy):
             tokenizer = load_tokenizer(str(model_dir))
             model = _task_model(model_dir, run.task.head(run.env), run.spec.model.attn_implementation)
             split, examples, features, batches = scoring_set(run, cfg, tokenizer)
-            name = cfg.search_metric or run.task.selection_metric()
+            name = config["search_metric"]
 
             def metric(logits) -> float:
                 scores = run.task.score(split, examples, features, logits, run.env)

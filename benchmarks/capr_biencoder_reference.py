@@ -47,7 +47,7 @@ def embed(model, tokenizer, texts: list[str], max_length: int, batch_size: int):
 
 
 def score_split(task, split: str, env, model, tokenizer, max_length: int, batch_size: int) -> dict[str, float]:
-    from kinject.tasking.sequence import evaluate_all
+    from kinject.tasks.sequence import evaluate_all
 
     examples = task.examples(split, env)  # one row per (query, candidate), group = query id
     queries = list(dict.fromkeys(ex["text"] for ex in examples))

@@ -1,63 +1,47 @@
-"""The run engine: resolve a spec into components, run the strategy's stages through a content-keyed
-cache, and write the run directory atomically.
+"""The run engine: resolve and validate a spec, plan the strategy's declared stages through a content-keyed
+cache, run what is missing, and write the run directory atomically.
 
-Stage key = sha256(stage name + stage config + keys of its inputs + stage version + kinject version).
-A finished stage lives in ``<cache>/stages/<name>/<key>/``; an unfinished one in ``<key>.partial/``
-(its ``work/`` keeps trainer checkpoints for ``--resume``). Finishing is a rename, so a crash never
-leaves a stage that looks finished.
+Stage key = sha256(name + keyed config fields + input stage keys + the source of the modules that implement
+the stage body + library versions); see :mod:`kinject.fingerprint`. A finished stage lives in
+``<cache>/stages/<name>/<key>/`` (with ``stage.json``, what made the key); an unfinished one in
+``<key>.partial/`` (its ``work/`` keeps trainer checkpoints for ``--resume``). Finishing is a rename, so a
+crash never leaves a stage that looks finished. Everything that can fail on user input fails in
+:func:`prepare`, before any stage starts.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import platform
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from kinject import __version__
-from kinject.errors import KinjectError
-from kinject.interfaces import Environment, KnowledgeSource, Stage, Strategy, Task
+from kinject.distributed import barrier, is_main_process, rank  # noqa: F401 (re-exported)
+from kinject.errors import KinjectError, SpecError
+from kinject.fingerprint import check_body, code_fingerprint, keyed_dump, stable_hash
+from kinject.interfaces import Environment, KnowledgeSource, Stage, StageContext, Strategy, Task, TaskGroup
 from kinject.registry import registry
 from kinject.spec import RunSpec, default_cache_dir, default_data_dir, validate_plugin_config
 
+__kinject_fingerprint__ = False  # orchestration: what it does to a stage is covered by CONTRACT below
+
 log = logging.getLogger("kinject")
 
-
-# -- distributed helpers (no-ops in a single process) ------------------------------------------- #
-def rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def is_main_process() -> bool:
-    return rank() == 0
-
-
-def barrier() -> None:
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        import torch.distributed as dist
-
-        if not dist.is_initialized():
-            from accelerate import PartialState
-
-            PartialState()
-        dist.barrier()
-
-
-def stable_hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+#: bump when the engine changes what a stage body receives (invalidates every cached stage)
+CONTRACT = "2"
 
 
 # -- contexts ---------------------------------------------------------------------------------- #
 @dataclass
 class RunContext:
-    """Everything a strategy's stages see: the spec, resolved components, and the environment."""
+    """A prepared run: the spec, its resolved and validated components, and the planned stages."""
 
     spec: RunSpec
     env: Environment
@@ -66,18 +50,39 @@ class RunContext:
     sources: list[KnowledgeSource]
     model_path: str
     resume: bool = False
-    stage_keys: dict[str, str] = field(default_factory=dict)
-    stage_dirs: dict[str, Path] = field(default_factory=dict)
+    stages: list[Stage] = field(default_factory=list)
+    members: list[tuple[str, "RunContext | None", str]] = field(default_factory=list)  # task groups
+    command: list[str] | None = None
+    _refs: dict[str, Any] = field(default_factory=dict)
 
-    def base_config(self) -> dict[str, Any]:
-        """What every model-training stage depends on: model, task (with config), training, seed."""
-        return {
-            "model": self.spec.model.model_dump(),
-            "task": {"name": self.task.name, **self.task.config.model_dump(mode="json"),
-                     "data": self.task.describe_data(self.env)},
-            "training": self.spec.training.cache_fields(),
-            "seed": self.spec.seed,
-        }
+    def model_ref(self):
+        """The run's base model as stage configs hold it (see :class:`kinject.refs.ModelRef`)."""
+        from kinject.refs import ModelRef, model_fingerprint
+
+        if "model" not in self._refs:
+            m = self.spec.model
+            self._refs["model"] = ModelRef(
+                name=m.name, fingerprint=model_fingerprint(m.name, self.model_path, m.revision), revision=m.revision,
+                layers=m.layers, max_length=m.max_length, attn_implementation=m.attn_implementation,
+                path=self.model_path)
+        return self._refs["model"]
+
+    def task_ref(self, task: Task | None = None):
+        """A task (the run's by default) as stage configs hold it (see :class:`kinject.refs.TaskRef`)."""
+        from kinject.refs import TaskRef
+
+        task = task or self.task
+        key = f"task:{id(task)}"
+        if key not in self._refs:
+            self._refs[key] = TaskRef.of(task, self.env)
+        return self._refs[key]
+
+    def source_refs(self) -> list:
+        from kinject.refs import SourceRef
+
+        if "sources" not in self._refs:
+            self._refs["sources"] = [SourceRef.of(s, self.env) for s in self.sources]
+        return self._refs["sources"]
 
     def hooks(self):
         from kinject.hooks import plugin_manager
@@ -86,22 +91,15 @@ class RunContext:
 
 
 @dataclass
-class StageContext:
-    """What one stage gets: its output folder, its inputs' folders, a persistent work folder."""
-
-    run: RunContext
+class PlannedStage:
     stage: Stage
     key: str
-    out: Path
-    work: Path
-    inputs: dict[str, Path]
-
-    @property
-    def resume(self) -> bool:
-        return self.run.resume
+    folder: Path
+    cached: bool
+    record: dict  # what the key hashes (stage.json keeps it, so a later miss can say what changed)
 
 
-# -- resolution -------------------------------------------------------------------------------- #
+# -- resolution and validation ----------------------------------------------------------------- #
 def resolve_components(spec: RunSpec) -> tuple[Task, Strategy, list[KnowledgeSource]]:
     """Look up and configure the task, strategy and sources; errors name the spec field."""
     from kinject.errors import UnknownNameError
@@ -136,48 +134,171 @@ def make_environment(spec: RunSpec) -> Environment:
         seed=spec.seed, limit=spec.training.limit, offline=offline())
 
 
-def prepare(spec: RunSpec, resume: bool = False) -> RunContext:
-    """Resolve and check everything that can fail on user input, before anything is written."""
+def _resolve_model(spec: RunSpec, env: Environment) -> str:
     from kinject.models import resolve_model
 
+    path = resolve_model(spec.model.name, env.cache_dir)
+    if spec.model.revision and Path(path).exists():
+        raise SpecError(f"model.revision: {spec.model.revision!r} pins a hub revision, but model "
+                        f"{spec.model.name!r} is a local model ({path})")
+    return path
+
+
+def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = None) -> RunContext:
+    """Resolve and check everything that can fail on user input - spec, data, sources, the strategy's
+    own checks and its stage plan - before any stage starts or anything is written."""
     task, strategy, sources = resolve_components(spec)
     env = make_environment(spec)
-    task.check(env)
-    task.validate(env)
+    model_path = _resolve_model(spec, env)
+    run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,
+                     resume=resume, command=command)
+    if isinstance(task, TaskGroup):
+        run.members = _prepare_members(run)
+        return run
+    task.prepare_data(env)
     for source in sources:
         source.check(env)
-    model_path = resolve_model(spec.model.name, env.cache_dir)
-    run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources,
-                     model_path=model_path, resume=resume)
+    strategy.validate(run)
+    run.stages = strategy.stages(run)
+    _check_stages(run)
     return run
 
 
-# -- stage cache ------------------------------------------------------------------------------- #
-def stage_key(stage: Stage, input_keys: dict[str, str]) -> str:
-    return stable_hash({"stage": stage.name, "config": stage.config, "inputs": input_keys,
-                        "version": stage.version, "kinject": __version__})
+def _prepare_members(run: RunContext) -> list[tuple[str, RunContext | None, str]]:
+    """Prepare every member of a task group; members without data are kept as (name, None, reason)."""
+    from kinject.errors import DataMissingError
 
-
-def plan(run: RunContext) -> list[tuple[Stage, str, Path, bool]]:
-    """The stages with their keys, cache folders and whether each is already cached."""
-    stages = run.strategy.stages(run)
-    keys: dict[str, str] = {}
     out = []
-    root = run.env.cache_dir / "stages"
-    for stage in stages:
-        missing = [name for name in stage.inputs if name not in keys]
-        if missing:
-            raise KinjectError(f"strategy {run.strategy.name!r}: stage {stage.name!r} needs {missing} "
-                               "which no earlier stage produces")
-        key = stage_key(stage, {name: keys[name] for name in stage.inputs})
-        keys[stage.name] = key
-        folder = root / stage.name / key[:20]
-        out.append((stage, key, folder, (folder / "stage.json").exists()))
+    for member in run.task.members(run.env):
+        member_spec = run.spec.model_copy(update={"task": type(run.spec.task)(name=member)})
+        try:
+            out.append((member, prepare(member_spec, resume=run.resume, command=run.command), ""))
+        except DataMissingError as exc:
+            log.warning("%s: skipped (%s)", member, exc)
+            out.append((member, None, str(exc)))
     return out
 
 
-def run_stage(run: RunContext, stage: Stage, key: str, folder: Path) -> tuple[bool, float]:
+def _check_stages(run: RunContext) -> None:
+    names: set[str] = set()
+    for stage in run.stages:
+        check_body(stage.body, stage.name)
+        if stage.name in names:
+            raise KinjectError(f"strategy {run.strategy.name!r}: two stages named {stage.name!r}")
+        missing = [name for name in stage.inputs if name not in names]
+        if missing:
+            raise KinjectError(f"strategy {run.strategy.name!r}: stage {stage.name!r} needs {missing} "
+                               "which no earlier stage produces")
+        names.add(stage.name)
+
+
+# -- keys and the plan ------------------------------------------------------------------------- #
+def _library_versions(names: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "-"
+    return out
+
+
+def _ref_modules(value: Any) -> list[str]:
+    """Code modules of every reference (task, source) held anywhere in a stage config."""
+    from pydantic import BaseModel
+
+    from kinject.refs import Ref
+
+    out: list[str] = []
+    if isinstance(value, Ref):
+        out.extend(value.code_modules())
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            out.extend(_ref_modules(getattr(value, name)))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            out.extend(_ref_modules(item))
+    elif isinstance(value, dict):
+        for item in value.values():
+            out.extend(_ref_modules(item))
+    return out
+
+
+def stage_record(stage: Stage, input_keys: dict[str, str]) -> dict:
+    """Everything the stage's key hashes."""
+    code = code_fingerprint(stage.body, (*stage.code, *dict.fromkeys(_ref_modules(stage.config))))
+    return {"stage": stage.name, "config_type": f"{type(stage.config).__module__}.{type(stage.config).__qualname__}",
+            "config": keyed_dump(stage.config), "inputs": input_keys,
+            "code": code, "body": f"{stage.body.__module__}.{stage.body.__qualname__}",
+            "libraries": _library_versions(stage.libraries), "contract": CONTRACT}
+
+
+def plan(run: RunContext) -> list[PlannedStage]:
+    """The stages with their keys, cache folders and whether each is already cached."""
+    keys: dict[str, str] = {}
+    out = []
+    root = run.env.cache_dir / "stages"
+    for stage in run.stages:
+        record = stage_record(stage, {name: keys[name] for name in stage.inputs})
+        key = stable_hash(record)
+        keys[stage.name] = key
+        folder = root / stage.name / key[:20]
+        out.append(PlannedStage(stage, key, folder, (folder / "stage.json").exists(), record))
+    return out
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def record_differences(old: dict, new: dict) -> list[str]:
+    """What differs between two stage records, as short human-readable items."""
+    diffs = []
+    a, b = _flatten(old.get("config", {})), _flatten(new.get("config", {}))
+    for name in sorted(set(a) | set(b)):
+        if a.get(name, "<unset>") != b.get(name, "<unset>"):
+            diffs.append(f"{name}: {a.get(name, '<unset>')!r} -> {b.get(name, '<unset>')!r}")
+    code_a, code_b = old.get("code", {}), new.get("code", {})
+    changed = sorted(m for m in set(code_a) | set(code_b) if code_a.get(m) != code_b.get(m))
+    if changed:
+        diffs.append("code changed: " + ", ".join(changed))
+    for name in sorted(set(old.get("inputs", {})) | set(new.get("inputs", {}))):
+        if old.get("inputs", {}).get(name) != new.get("inputs", {}).get(name):
+            diffs.append(f"input {name} changed")
+    for name in sorted(set(old.get("libraries", {})) | set(new.get("libraries", {}))):
+        if old.get("libraries", {}).get(name) != new.get("libraries", {}).get(name):
+            diffs.append(f"{name} {old.get('libraries', {}).get(name)} -> {new['libraries'].get(name)}")
+    for name in ("config_type", "body", "contract"):
+        if old.get(name) != new.get(name):
+            diffs.append(f"{name}: {old.get(name)} -> {new.get(name)}")
+    return diffs
+
+
+def explain_miss(planned: PlannedStage, cache_dir: Path) -> str:
+    """Why a stage is not cached: the fewest differences to any cached run of the same stage."""
+    best: list[str] | None = None
+    for path in (Path(cache_dir) / "stages" / planned.stage.name).glob("*/stage.json"):
+        try:
+            old = json.loads(path.read_text()).get("record")
+        except (OSError, ValueError):
+            continue
+        if not old:
+            continue
+        diffs = record_differences(old, planned.record)
+        if diffs and (best is None or len(diffs) < len(best)):
+            best = diffs
+    return "; ".join(best) if best else "never run with this cache"
+
+
+# -- running ----------------------------------------------------------------------------------- #
+def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]) -> tuple[bool, float]:
     """Run one stage unless cached. Returns (cached, seconds)."""
+    stage, key, folder = planned.stage, planned.key, planned.folder
     hooks = run.hooks()
     done = (folder / "stage.json").exists()
     hooks.kinject_stage_start(stage=stage.name, key=key, cached=done)
@@ -192,15 +313,16 @@ def run_stage(run: RunContext, stage: Stage, key: str, folder: Path) -> tuple[bo
             (partial / "out").mkdir(parents=True, exist_ok=True)
             (partial / "work").mkdir(parents=True, exist_ok=True)
         barrier()
-        ctx = StageContext(run=run, stage=stage, key=key, out=partial / "out", work=partial / "work",
-                           inputs={name: run.stage_dirs[name] for name in stage.inputs})
-        stage.fn(ctx)
+        ctx = StageContext(name=stage.name, key=key, out=partial / "out", work=partial / "work",
+                           inputs={name: stage_dirs[name] for name in stage.inputs}, resume=run.resume,
+                           cache_dir=run.env.cache_dir, offline=run.env.offline)
+        stage.body(stage.config, ctx)
         barrier()
         if is_main_process():
-            record = {"stage": stage.name, "key": key, "config": stage.config, "inputs": dict(
-                (n, run.stage_keys[n]) for n in stage.inputs), "version": stage.version,
-                "kinject": __version__, "seconds": round(time.perf_counter() - start, 3)}
-            (partial / "out" / "stage.json").write_text(json.dumps(record, indent=2, default=str))
+            info = {"stage": stage.name, "key": key, "record": planned.record,
+                    "config": stage.config.model_dump(mode="json"), "kinject": __version__,
+                    "seconds": round(time.perf_counter() - start, 3)}
+            (partial / "out" / "stage.json").write_text(json.dumps(info, indent=2, default=str))
             (partial / "out").rename(folder)
             shutil.rmtree(partial, ignore_errors=True)
         barrier()
@@ -209,12 +331,9 @@ def run_stage(run: RunContext, stage: Stage, key: str, folder: Path) -> tuple[bo
     return done, seconds
 
 
-# -- run --------------------------------------------------------------------------------------- #
 def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {"kinject": __version__, "python": platform.python_version()}
-    for pkg in ("torch", "transformers", "accelerate", "peft", "adapters", "datasets"):
+    for pkg in ("torch", "transformers", "tokenizers", "accelerate", "peft", "adapters", "datasets"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -232,6 +351,8 @@ def _git_sha() -> str | None:
 
 
 def _link_or_copy(src: str, dst: str) -> None:
+    import os
+
     try:
         os.link(src, dst)
     except OSError:
@@ -242,10 +363,23 @@ def default_output(spec: RunSpec) -> Path:
     return Path("runs") / f"{spec.strategy.name}-{spec.task.name}"
 
 
+def _collect(folder: Path, stage: Stage, state: dict) -> None:
+    """Fold one finished stage's outputs into what the run directory will hold."""
+    if (folder / "metrics.json").exists():
+        state["metrics"] = json.loads((folder / "metrics.json").read_text())
+    if (folder / "comparison.json").exists():
+        state["comparison"] = json.loads((folder / "comparison.json").read_text())
+    if stage.produces_model and (folder / "model").exists():
+        state["model"] = folder / "model"
+    state["exports"].extend(folder / name for name in stage.artifacts if (folder / name).exists())
+
+
 def execute(run: RunContext, output: Path) -> dict[str, Any]:
-    """Run every stage and write ``output`` (run.json, metrics.json, model/, kinject.log) atomically."""
+    """Run every stage and write ``output`` (run.json, metrics.json, model/, artifacts, kinject.log) atomically."""
     from transformers import set_seed
 
+    if run.members:
+        return execute_group(run, output)
     set_seed(run.spec.seed)
     resolved = resolved_spec(run.spec, run.task, run.strategy, run.sources)
     output = Path(output)
@@ -263,27 +397,26 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
     hooks = run.hooks()
     try:
         hooks.kinject_run_start(spec=resolved, run_dir=output)
-        records, metrics, model_dir, exports = [], {}, None, []
-        for stage, key, folder, _cached in plan(run):
-            cached, seconds = run_stage(run, stage, key, folder)
-            run.stage_keys[stage.name] = key
-            run.stage_dirs[stage.name] = folder
-            records.append({"name": stage.name, "key": key, "cached": cached, "seconds": round(seconds, 3),
-                            "dir": str(folder)})
-            if (folder / "metrics.json").exists():
-                metrics = json.loads((folder / "metrics.json").read_text())
-            if stage.produces_model and (folder / "model").exists():
-                model_dir = folder / "model"
-            exports.extend(folder / name for name in stage.artifacts if (folder / name).exists())
+        records, stage_dirs = [], {}
+        state: dict[str, Any] = {"metrics": {}, "comparison": None, "model": None, "exports": []}
+        for planned in plan(run):
+            cached, seconds = run_stage(run, planned, stage_dirs)
+            stage_dirs[planned.stage.name] = planned.folder
+            records.append({"name": planned.stage.name, "key": planned.key, "cached": cached,
+                            "seconds": round(seconds, 3), "dir": str(planned.folder)})
+            _collect(planned.folder, planned.stage, state)
+        metrics = state["metrics"]
+        if state["comparison"] is not None:
+            metrics = {**metrics, "comparison": state["comparison"]}
         if is_main_process():
-            info = {"spec": resolved, "stages": records, "versions": _versions(), "git_sha": _git_sha(),
-                    "seed": run.spec.seed, "data": run.task.describe_data(run.env),
+            info = {"spec": resolved, "command": run.command, "stages": records, "versions": _versions(),
+                    "git_sha": _git_sha(), "seed": run.spec.seed, "data": run.task.describe_data(run.env),
                     "model_path": run.model_path, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             (tmp / "run.json").write_text(json.dumps(info, indent=2, default=str))
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2))
-            if model_dir is not None:
-                shutil.copytree(model_dir, tmp / "model", copy_function=_link_or_copy)
-            for path in exports:  # stage artifacts a person reads (plots, masks, tables)
+            if state["model"] is not None:
+                shutil.copytree(state["model"], tmp / "model", copy_function=_link_or_copy)
+            for path in state["exports"]:  # stage artifacts a person reads (plots, masks, predictions)
                 if path.is_dir():
                     shutil.copytree(path, tmp / path.name, copy_function=_link_or_copy, dirs_exist_ok=True)
                 else:
@@ -308,45 +441,51 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
 
 
 def summarize_repeats(per_seed: dict[int, dict]) -> dict[str, Any]:
-    """mean ± std (sample std, ddof=1) of every numeric metric across seeds, per split."""
+    """mean ± std (sample std, ddof=1) of every numeric value present for every seed, at any depth."""
     import statistics
 
-    summary: dict[str, Any] = {}
-    first = next(iter(per_seed.values()), {})
-    for split, values in first.items():
-        if not isinstance(values, dict):
-            continue
-        summary[split] = {}
-        for name in values:
-            series = [m[split][name] for m in per_seed.values()
-                      if isinstance(m.get(split, {}).get(name), (int, float))]
-            if len(series) == len(per_seed):
-                summary[split][name] = {"mean": statistics.fmean(series),
-                                        "std": statistics.stdev(series) if len(series) > 1 else 0.0,
-                                        "n": len(series), "values": series}
+    def walk(values: list[Any]) -> Any:
+        first = values[0]
+        if isinstance(first, dict):
+            out = {}
+            for name in first:
+                if all(isinstance(v, dict) and name in v for v in values):
+                    summary = walk([v[name] for v in values])
+                    if summary is not None:
+                        out[name] = summary
+            return out or None
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            series = [float(v) for v in values]
+            return {"mean": statistics.fmean(series), "std": statistics.stdev(series) if len(series) > 1 else 0.0,
+                    "n": len(series), "values": series}
+        return None
+
+    if not per_seed:
+        return {}
+    return walk(list(per_seed.values())) or {}
+
+
+def execute_repeats(runs: list[RunContext], output: Path) -> dict[str, Any]:
+    """Run prepared runs that differ only in seed into ``output/seed-<s>`` and summarise them."""
+    per_seed = {run.spec.seed: execute(run, Path(output) / f"seed-{run.spec.seed}") for run in runs}
+    summary = summarize_repeats(per_seed)
+    if is_main_process():
+        (Path(output) / "metrics.json").write_text(json.dumps(summary, indent=2))
     return summary
 
 
 def execute_group(run: RunContext, output: Path) -> dict[str, Any]:
     """Run the strategy on every member of a task group (e.g. BLURB) and write the group summary.
 
-    Members whose data is missing are skipped and named in the summary.
+    Members were prepared (validated) up front; those whose data is missing are named in the summary.
     """
-    from kinject.errors import DataMissingError
-    from kinject.interfaces import TaskGroup
-
-    assert isinstance(run.task, TaskGroup)
     member_metrics: dict[str, dict] = {}
     missing: dict[str, str] = {}
-    for member in run.task.members(run.env):
-        member_spec = run.spec.model_copy(update={"task": type(run.spec.task)(name=member)})
-        try:
-            member_run = prepare(member_spec, resume=run.resume)
-        except DataMissingError as exc:
-            missing[member] = str(exc)
-            log.warning("%s: skipped (%s)", member, exc)
+    for name, member_run, reason in run.members:
+        if member_run is None:
+            missing[name] = reason
             continue
-        member_metrics[member] = execute(member_run, Path(output) / member)
+        member_metrics[name] = execute(member_run, Path(output) / name)
     summary = run.task.summarize(member_metrics, run.env)
     summary["missing"] = missing
     if is_main_process():

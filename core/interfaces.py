@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kinject.engine import RunContext, StageContext
+    from kinject.engine import RunContext
 
 
 class PluginConfig(BaseModel):
@@ -43,6 +43,10 @@ class Evaluator(Component):
 
     def compute(self, references: Sequence[Any], predictions: Sequence[Any], **kwargs: Any) -> dict[str, float]:
         raise NotImplementedError
+
+    def metric_names(self) -> list[str] | None:
+        """The names ``compute`` returns with this config (None: only known after computing)."""
+        return None
 
 
 # ---------------------------------------------------------------------------------------------- #
@@ -117,6 +121,15 @@ class Task(Component):
         for split in (self.train_split, *self.eval_splits):
             self.examples(split, env)
 
+    def prepare_data(self, env: Environment) -> None:
+        """``check`` and ``validate``, recording the files they read (``read_files``: the data fingerprint)."""
+        from kinject.io import track_reads
+
+        with track_reads() as seen:
+            self.check(env)
+            self.validate(env)
+        self.read_files = sorted(seen)
+
     def describe_data(self, env: Environment) -> str:
         """Which dataset a run used (printed and recorded in run.json)."""
         return self.dataset or self.name
@@ -145,6 +158,26 @@ class Task(Component):
         """The metric searches optimise (head masks, sweeps): the primary one unless that is too coarse."""
         return self.primary_metric()
 
+    def metric_names(self) -> list[str] | None:
+        """Every metric ``score`` reports (None when it is only known after scoring)."""
+        return None
+
+    def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,
+                    env: Environment) -> list[dict]:
+        """One JSON record per evaluation unit (``id``, ``gold``, ``pred``, optional ``scores``), so any metric
+        can be recomputed and runs paired example by example (``kinject compare``)."""
+        raise NotImplementedError
+
+    def data_files(self, env: Environment) -> list[Path]:
+        """The files this task reads (their sizes and times go into cache keys): those ``prepare_data`` saw it
+        read, else the dataset folder's files."""
+        if getattr(self, "read_files", None):
+            return list(self.read_files)
+        if not self.dataset:
+            return []
+        folder = Path(env.data_dir) / self.dataset
+        return sorted(p for p in folder.rglob("*") if p.is_file())[:2000] if folder.is_dir() else []
+
 
 class TaskGroup(Task):
     """A set of tasks run one after another and summarised (e.g. the BLURB suite)."""
@@ -160,24 +193,65 @@ class TaskGroup(Task):
 
 # ---------------------------------------------------------------------------------------------- #
 @dataclass
-class Stage:
-    """One cached step of a strategy.
+class StageContext:
+    """What a stage body sees besides its config: its folders and the inputs' outputs - never the run."""
 
-    ``config`` must hold everything that affects the stage's output besides its inputs; the cache key
-    is hash(name + config + input keys + version + kinject version). ``fn`` writes into ctx.out.
+    name: str
+    key: str
+    out: Path  # write the stage's results here (renamed into the cache when the body returns)
+    work: Path  # persistent between attempts: trainer checkpoints for --resume
+    inputs: dict[str, Path]  # input stage name -> its finished output folder
+    resume: bool = False
+    cache_dir: Path = Path(".")
+    offline: bool = False
+
+    def hooks(self):
+        from kinject.hooks import plugin_manager
+
+        return plugin_manager().hook
+
+
+@dataclass
+class Stage:
+    """One cached step of a strategy, declared: a typed config, named inputs and a module-level body.
+
+    The body is called as ``body(config, ctx)`` and sees nothing else of the run, so it cannot read a
+    setting its key does not hold. Key = hash(name + keyed config fields + input keys + the source of the
+    modules that implement the body + library versions); see :mod:`kinject.fingerprint`.
     """
 
     name: str
-    fn: Callable[["StageContext"], None]
-    config: dict[str, Any]
+    body: Callable[[Any, StageContext], None]
+    config: BaseModel
     inputs: tuple[str, ...] = ()
-    version: str = "1"
     produces_model: bool = False
     artifacts: tuple[str, ...] = ()  # files/folders of the stage output copied into the run directory
+    code: tuple[str, ...] = ()  # modules to fingerprint besides the body's own import closure
+    libraries: tuple[str, ...] = ("torch", "transformers", "tokenizers")  # their versions go into the key
 
 
 class Strategy(Component):
-    """A knowledge-injection method: a sequence of named, cached stages."""
+    """A knowledge-injection method: a sequence of named, cached stages.
+
+    ``consumes`` names the knowledge-source kinds the strategy reads ("triples", "corpus", "model"); a
+    configured source of another kind is an error, not a silent no-op.
+    """
+
+    consumes: ClassVar[frozenset[str]] = frozenset()
+
+    def validate(self, run: "RunContext") -> None:
+        """Raise a KinjectError for anything in the spec, data or sources the strategy cannot use.
+
+        Runs in ``prepare``, before any stage. The default checks the source kinds against ``consumes``.
+        """
+        from kinject.errors import SpecError
+
+        for i, source in enumerate(run.sources):
+            if source.kind not in self.consumes:
+                wanted = f"it reads {', '.join(sorted(self.consumes))} sources" if self.consumes else \
+                    "it reads no knowledge source"
+                raise SpecError(f"sources.{i}: strategy {self.name!r} does not use a {source.kind} source "
+                                f"({source.name!r}): {wanted}; remove it from sources")
 
     def stages(self, run: "RunContext") -> list[Stage]:
         raise NotImplementedError

@@ -1,17 +1,105 @@
-"""Readers for line-oriented data files that fail with ``file:line: what is wrong``."""
+"""Readers for line-oriented data files that fail with ``file:line: what is wrong``, and atomic writes."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
+import secrets
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from kinject.errors import DataError
 
 
+def _sibling(target: Path, what: str) -> Path:
+    return target.with_name(f".{target.name}.{what}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+@contextmanager
+def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
+    """Yield an empty folder beside ``target``; renamed to ``target`` when the block succeeds, removed on
+    any exception. If ``target`` exists by then (another process finished it first) the new folder is
+    discarded, unless ``replace``: then the old target is swapped out and deleted."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _sibling(target, "tmp")
+    tmp.mkdir()
+    try:
+        yield tmp
+        if replace and target.exists():
+            old = _sibling(target, "old")
+            target.rename(old)
+            tmp.rename(target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            try:
+                tmp.rename(target)
+            except OSError:
+                if not target.exists():
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # the race: the finished target wins
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; it replaces ``path`` when the block succeeds and is removed
+    on any exception, so readers never see a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _sibling(path, "tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
+    """Write ``text`` to ``path`` atomically (temporary file + rename)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text, encoding=encoding)
+
+
+def text_field(row: dict, key: str, path: Path | str, line: int, *, empty: bool = False) -> str:
+    """``row[key]`` as a string; DataError naming file:line when missing, null, not a string, or (unless
+    ``empty``) blank. JSON integers are accepted and turned into strings (ids, 0/1 labels)."""
+    if key not in row:
+        raise DataError(f"missing field {key!r}", path, line)
+    value: Any = row[key]
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise DataError(f"field {key!r} must be a string, got {json.dumps(value)}", path, line)
+    if not empty and not value.strip():
+        raise DataError(f"field {key!r} is empty", path, line)
+    return value
+
+
+_READ_LOGS: list[set[Path]] = []
+
+
+@contextmanager
+def track_reads() -> Iterator[set[Path]]:
+    """Collect the paths every reader of this module opens inside the block (for data fingerprints)."""
+    seen: set[Path] = set()
+    _READ_LOGS.append(seen)
+    try:
+        yield seen
+    finally:
+        _READ_LOGS.remove(seen)
+
+
 def open_text(path: Path):
     path = Path(path)
+    for log in _READ_LOGS:
+        log.add(path.resolve())
     if path.suffix == ".gz":
         return gzip.open(path, "rb")
     return open(path, "rb")

@@ -92,6 +92,34 @@ def resolve_model(name: str, cache_dir: Path) -> str:
     return name  # a hub id; from_pretrained honours HF_HUB_OFFLINE
 
 
+def keep_layers(model, layers: int | None):
+    """Keep only the first ``layers`` encoder layers of a BERT-style model (in place; config updated)."""
+    if layers is None:
+        return model
+    base = getattr(model, "base_model", model)
+    stack = getattr(getattr(base, "encoder", None), "layer", None)
+    if stack is None:
+        raise KinjectError(f"model.layers: {type(model).__name__} has no encoder.layer stack to cut")
+    if layers > len(stack):
+        raise KinjectError(f"model.layers: {layers} but the model has only {len(stack)} layers")
+    base.encoder.layer = stack[:layers]
+    model.config.num_hidden_layers = layers
+    return model
+
+
+def load_encoder(path: str, revision: str | None = None, attn_implementation: str = "sdpa",
+                 layers: int | None = None):
+    """``AutoModel`` at ``path`` (pinned to ``revision`` for hub ids), optionally cut to its first layers."""
+    from transformers import AutoModel
+
+    try:
+        model = AutoModel.from_pretrained(path, revision=revision, local_files_only=offline(),
+                                          attn_implementation=attn_implementation)
+    except OSError as exc:
+        raise KinjectError(f"model {path!r}: cannot load ({str(exc).splitlines()[0]})") from None
+    return keep_layers(model, layers)
+
+
 def load_tokenizer(path: str, revision: str | None = None):
     from transformers import AutoTokenizer
 

@@ -20,6 +20,8 @@ from typing import Any
 
 from kinject.errors import PluginLoadError, UnknownNameError
 
+__kinject_fingerprint__ = False  # plugin lookup: computes nothing a stage writes
+
 GROUPS: dict[str, str] = {
     "strategies": "kinject.strategies",
     "tasks": "kinject.tasks",

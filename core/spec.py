@@ -9,12 +9,13 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kinject.errors import SpecError
+from kinject.fingerprint import NOT_KEYED
 
 
 class StrictModel(BaseModel):
@@ -29,6 +30,8 @@ class ModelSpec(StrictModel):
     revision: str | None = Field(None, description="Hub revision (commit, tag) to pin, for hub ids.")
     max_length: int = Field(128, ge=8, le=8192, description="Maximum tokens per sequence.")
     attn_implementation: Literal["sdpa", "eager"] = Field("sdpa", description="Attention kernel.")
+    layers: int | None = Field(None, ge=1, description="Keep only the first N encoder layers (a smaller "
+                               "model from a bigger one, e.g. a 3-layer minilm student).")
 
 
 class TrainingSpec(StrictModel):
@@ -38,25 +41,27 @@ class TrainingSpec(StrictModel):
     max_steps: int = Field(-1, description="Stop after this many optimiser steps (-1: use epochs).")
     learning_rate: float = Field(5e-5, gt=0, description="Peak learning rate (linear decay).")
     batch_size: int = Field(16, ge=1, description="Training batch size per device.")
-    eval_batch_size: int = Field(64, ge=1, description="Evaluation batch size per device.")
+    eval_batch_size: int = Field(64, ge=1, description="Evaluation batch size per device.",
+                                 json_schema_extra=NOT_KEYED)
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay.")
     warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of steps for linear warm-up.")
     gradient_accumulation_steps: int = Field(1, ge=1, description="Batches per optimiser step.")
     group_by_length: bool = Field(True, description="Batch examples of similar length (less padding).")
-    save_steps: int = Field(500, ge=1, description="Checkpoint interval in steps (what --resume restarts from).")
-    logging_steps: int = Field(50, ge=1, description="Log training loss every N steps.")
+    save_steps: int = Field(500, ge=1, description="Checkpoint interval in steps (what --resume restarts from).",
+                            json_schema_extra=NOT_KEYED)
+    logging_steps: int = Field(50, ge=1, description="Log training loss every N steps.", json_schema_extra=NOT_KEYED)
+    eval_steps: int | None = Field(None, ge=1, description="Score the dev split every N steps during training and "
+                                   "announce it (sweeps prune on it); does not change what is learned.",
+                                   json_schema_extra=NOT_KEYED)
     bf16: bool = Field(False, description="bfloat16 mixed precision (GPU).")
     limit: int | None = Field(None, ge=1, description="Cap every split at N examples (smoke runs).")
     eval_splits: list[str] | None = Field(None, description="Splits the evaluate stage scores (default: the "
                                           "task's evaluation splits, e.g. dev and test).")
 
-    #: fields that change how often things are logged/saved or how evaluation batches, not what is learned
-    NOT_AFFECTING_TRAINING: ClassVar[frozenset[str]] = frozenset(
-        {"eval_batch_size", "logging_steps", "save_steps", "limit", "eval_splits"})
-
-    def cache_fields(self) -> dict[str, Any]:
-        """The fields a trained model depends on (what a training stage's cache key includes)."""
-        return {k: v for k, v in self.model_dump().items() if k not in self.NOT_AFFECTING_TRAINING}
+    def for_training(self) -> "TrainingSpec":
+        """These settings as a training stage holds them: ``limit`` lives in the task reference and
+        ``eval_splits`` belongs to evaluation, so neither reaches (or keys) a training stage."""
+        return self.model_copy(update={"limit": None, "eval_splits": None})
 
 
 class PluginRef(BaseModel):

@@ -1,7 +1,9 @@
-"""Stage builders every strategy reuses: fine-tune a task model, evaluate it.
+"""Stages every strategy reuses: fine-tune a task model, evaluate it.
 
-Strategies compose these with their own stages (KIMERA: importance -> retrain -> finetune -> evaluate;
-STILT: finetune on the intermediate task -> finetune on the target -> evaluate).
+Each is declared: a typed config (what the key holds), a module-level body that receives only that config
+and its inputs' folders, and a builder that fills the config from a prepared run. Strategies compose
+these with their own stages (KIMERA: importance -> retrain -> finetune -> evaluate; STILT: finetune on the
+intermediate task -> finetune on the target -> evaluate).
 """
 
 from __future__ import annotations
@@ -11,27 +13,35 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from kinject.engine import RunContext, StageContext, is_main_process
-from kinject.interfaces import Environment, Head, Stage, Task
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from kinject.distributed import is_main_process
+from kinject.fingerprint import NOT_KEYED
+from kinject.interfaces import Environment, Head, Stage, StageContext, Task
+from kinject.refs import ModelRef, TaskRef
 from kinject.spec import TrainingSpec
 
 log = logging.getLogger("kinject")
 
 
-def task_fingerprint(task: Task, env: Environment) -> dict[str, Any]:
-    return {"name": task.name, **task.config.model_dump(mode="json"), "data": task.describe_data(env),
-            "limit": env.limit}
+class StageConfig(BaseModel):
+    """Base of stage configs: strict, and every field is part of the key unless marked NOT_KEYED."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
 
-def build_task_model(encoder_path: str | Path, head: Head, attn_implementation: str = "sdpa", seed: int = 0):
+# -- models ------------------------------------------------------------------------------------------ #
+def build_task_model(encoder_path: str | Path, head: Head, attn_implementation: str = "sdpa", seed: int = 0,
+                     revision: str | None = None, layers: int | None = None):
     """The encoder at ``encoder_path`` with a freshly initialised task head (linear layer)."""
     import torch
-    from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-    from kinject.models import offline
+    from kinject.models import load_encoder
 
-    encoder = AutoModel.from_pretrained(str(encoder_path), local_files_only=offline(),
-                                        attn_implementation=attn_implementation)
+    encoder = load_encoder(str(encoder_path), revision=revision, attn_implementation=attn_implementation,
+                           layers=layers)
     config = encoder.config
     config.num_labels = head.num_labels
     config.problem_type = head.problem_type
@@ -49,99 +59,222 @@ def build_task_model(encoder_path: str | Path, head: Head, attn_implementation: 
     return model
 
 
+def load_task_model(model_dir: Path, head: Head, attn_implementation: str = "sdpa"):
+    """A saved task model (sequence or token head) from a stage's ``model/`` folder."""
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+    from kinject.models import offline
+
+    cls = AutoModelForTokenClassification if head.kind == "token" else AutoModelForSequenceClassification
+    return cls.from_pretrained(str(model_dir), local_files_only=offline(), attn_implementation=attn_implementation)
+
+
 def save_model(model, tokenizer, directory: Path) -> None:
     model.save_pretrained(directory, safe_serialization=True)
     tokenizer.save_pretrained(directory)
 
 
-def features_for(task: Task, split: str, tokenizer, run: RunContext) -> tuple[list[dict], list[dict]]:
-    examples = task.examples(split, run.env)
-    return examples, task.featurize(tokenizer, examples, run.spec.model.max_length, run.env)
+def plain(value: Any) -> Any:
+    """numpy scalars -> Python numbers (integral counts stay ints), recursively."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
 
 
-def finetune_stage(run: RunContext, name: str = "finetune", init_from: str | None = None, task: Task | None = None,
-                   training: TrainingSpec | None = None, extra_config: dict | None = None) -> Stage:
-    """Fine-tune an encoder (the base model, or the model of stage ``init_from``) on a task's train split."""
-    task = task or run.task
-    training = training or run.spec.training
-    config = {"model": run.spec.model.model_dump(), "task": task_fingerprint(task, run.env),
-              "training": training.cache_fields(), "seed": run.spec.seed, **(extra_config or {})}
+# -- fine-tuning ------------------------------------------------------------------------------------ #
+class FinetuneConfig(StageConfig):
+    """Fine-tune an encoder on a task's train split with a fresh head."""
 
-    def fn(ctx: StageContext) -> None:
-        from kinject.models import load_tokenizer
-        from kinject.training import train
+    model: ModelRef
+    task: TaskRef
+    training: TrainingSpec
+    seed: int
+    init_from: str | None = Field(None, description="Input stage whose model/ is the encoder (default: model).")
 
-        encoder = ctx.inputs[init_from] / "model" if init_from else run.model_path
+
+def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
+    from kinject.models import load_tokenizer
+    from kinject.training import dev_scorer, train
+
+    task, env = cfg.task.build(), cfg.task.environment(ctx)
+    if cfg.init_from:
+        encoder = ctx.inputs[cfg.init_from] / "model"
         tokenizer = load_tokenizer(str(encoder))
-        head = task.head(run.env)
-        model = build_task_model(encoder, head, run.spec.model.attn_implementation, run.spec.seed)
-        _, features = features_for(task, task.train_split, tokenizer, run)
-        stats = train(model, features, task.collator(tokenizer), training, ctx.work, run.spec.seed,
-                      stage=name, resume=ctx.resume)
-        if is_main_process():
-            save_model(model, tokenizer, ctx.out / "model")
-            (ctx.out / "train.json").write_text(json.dumps(stats, indent=2))
+        revision, layers = None, None
+    else:
+        encoder, tokenizer = cfg.model.path, cfg.model.load_tokenizer()
+        revision, layers = cfg.model.revision, cfg.model.layers
+    head = task.head(env)
+    model = build_task_model(encoder, head, cfg.model.attn_implementation, cfg.seed, revision, layers)
+    features = task.featurize(tokenizer, task.examples(task.train_split, env), cfg.model.max_length, env)
+    scorer = dev_scorer(task, env, tokenizer, cfg.model.max_length, cfg.training) if cfg.training.eval_steps else None
+    stats = train(model, features, task.collator(tokenizer), cfg.training, ctx.work, cfg.seed, stage=ctx.name,
+                  resume=ctx.resume, scorer=scorer)
+    if is_main_process():
+        save_model(model, tokenizer, ctx.out / "model")
+        (ctx.out / "train.json").write_text(json.dumps(stats, indent=2))
 
-    return Stage(name=name, fn=fn, config=config, inputs=(init_from,) if init_from else (), produces_model=True)
+
+def finetune_stage(run, name: str = "finetune", init_from: str | None = None, task: Task | None = None,
+                   training: TrainingSpec | None = None) -> Stage:
+    """Fine-tune the base model (or the model of stage ``init_from``) on a task (the run's by default)."""
+    config = FinetuneConfig(model=run.model_ref(), task=run.task_ref(task),
+                            training=(training or run.spec.training).for_training(), seed=run.spec.seed,
+                            init_from=init_from)
+    return Stage(name=name, body=finetune_body, config=config, inputs=(init_from,) if init_from else (),
+                 produces_model=True)
 
 
-def evaluate_model(model_dir: Path, task: Task, run_or_env, training: TrainingSpec, max_length: int, seed: int,
-                   work: Path, splits: tuple[str, ...] | None = None) -> dict[str, dict[str, float]]:
-    """Score a saved task model on a task's evaluation splits."""
-    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
-
-    from kinject.models import load_tokenizer, offline
+# -- evaluation ------------------------------------------------------------------------------------- #
+def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: int, max_length: int, work: Path,
+                   splits: tuple[str, ...] | None = None, attn_implementation: str = "sdpa"
+                   ) -> tuple[dict[str, dict[str, float]], dict[str, list[dict]]]:
+    """Score a saved task model on a task's evaluation splits: (metrics, per-example predictions) per split."""
+    from kinject.errors import KinjectError
+    from kinject.models import load_tokenizer
     from kinject.training import predict
 
-    env = run_or_env.env if isinstance(run_or_env, RunContext) else run_or_env
     tokenizer = load_tokenizer(str(model_dir))
     head = task.head(env)
-    cls = AutoModelForTokenClassification if head.kind == "token" else AutoModelForSequenceClassification
-    model = cls.from_pretrained(str(model_dir), local_files_only=offline())
+    model = load_task_model(model_dir, head, attn_implementation)
     if model.config.num_labels != head.num_labels:
-        from kinject.errors import KinjectError
-
         raise KinjectError(f"{model_dir}: model has {model.config.num_labels} outputs, task {task.name!r} needs "
                            f"{head.num_labels}; fine-tune it on the task first")
     metrics: dict[str, dict[str, float]] = {}
+    records: dict[str, list[dict]] = {}
     for split in splits or task.eval_splits:
         examples = task.examples(split, env)
         features = task.featurize(tokenizer, examples, max_length, env)
-        logits = predict(model, features, task.collator(tokenizer), training, work, seed)
+        logits = predict(model, features, task.collator(tokenizer), batch_size, work)
         if len(logits) != len(features):  # e.g. a distributed sampler padding or dropping examples
             raise RuntimeError(f"{task.name} {split}: {len(logits)} predictions for {len(features)} examples")
-        metrics[split] = task.score(split, examples, features, logits, env)
-        log.info("%s %s: %s", task.name, split, metrics[split])
-    return metrics
+        metrics[split] = plain(task.score(split, examples, features, logits, env))
+        try:
+            records[split] = plain(task.predictions(split, examples, features, logits, env))
+        except NotImplementedError:
+            log.warning("%s: task writes no per-example predictions (kinject compare cannot pair it)", task.name)
+        log.info("%s %s: %s", task.name, split, ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                                         for k, v in metrics[split].items()))
+    return metrics, records
 
 
-def evaluate_stage(run: RunContext, model_stage: str = "finetune", name: str = "evaluate",
-                   task: Task | None = None) -> Stage:
-    """Evaluate the model of ``model_stage`` on the task's dev and test splits; writes metrics.json."""
+def write_predictions(records: dict[str, list[dict]], folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, rows in records.items():
+        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row) + "\n")
+
+
+class EvaluateConfig(StageConfig):
+    """Score the model of ``model_stage`` on a task's evaluation splits."""
+
+    task: TaskRef
+    model_stage: str
+    max_length: int
+    attn_implementation: str = "sdpa"
+    splits: list[str] | None = None
+    batch_size: int = Field(64, json_schema_extra=NOT_KEYED)
+
+
+def evaluate_body(cfg: EvaluateConfig, ctx: StageContext) -> None:
+    task, env = cfg.task.build(), cfg.task.environment(ctx)
+    metrics, records = evaluate_model(ctx.inputs[cfg.model_stage] / "model", task, env, cfg.batch_size,
+                                      cfg.max_length, ctx.work, tuple(cfg.splits) if cfg.splits else None,
+                                      cfg.attn_implementation)
+    train_stats = ctx.inputs[cfg.model_stage] / "train.json"
+    if train_stats.exists():
+        metrics["train"] = json.loads(train_stats.read_text())
+    ctx.hooks().kinject_metrics_logged(stage=ctx.name, metrics={f"{s}/{k}": v for s, m in metrics.items()
+                                                                for k, v in m.items() if s != "train"}, step=None)
+    if is_main_process():
+        (ctx.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        write_predictions(records, ctx.out / "predictions")
+
+
+def evaluate_stage(run, model_stage: str = "finetune", name: str = "evaluate", task: Task | None = None,
+                   export: bool = True) -> Stage:
+    """Evaluate the model of ``model_stage`` on the task's evaluation splits; writes metrics.json and
+    predictions/<split>.jsonl (copied into the run directory when ``export``)."""
+    from kinject.errors import SpecError
+
     task = task or run.task
-    config = {"task": task_fingerprint(task, run.env), "max_length": run.spec.model.max_length,
-              "eval_batch_size": run.spec.training.eval_batch_size}
     splits = run.spec.training.eval_splits
     if splits is not None:
         known = (*task.eval_splits, task.train_split)
         unknown = [s for s in splits if s not in known]
         if unknown or not splits:
-            from kinject.errors import SpecError
-
             raise SpecError(f"training.eval_splits: {', '.join(unknown) or 'empty list'} "
                             f"(task {task.name!r} has: {', '.join(known)})")
-        config["splits"] = list(splits)
+    config = EvaluateConfig(task=run.task_ref(task), model_stage=model_stage, max_length=run.spec.model.max_length,
+                            attn_implementation=run.spec.model.attn_implementation,
+                            splits=list(splits) if splits else None, batch_size=run.spec.training.eval_batch_size)
+    return Stage(name=name, body=evaluate_body, config=config, inputs=(model_stage,),
+                 artifacts=("predictions",) if export else ())
 
-    def fn(ctx: StageContext) -> None:
-        model_dir = ctx.inputs[model_stage] / "model"
-        metrics = evaluate_model(model_dir, task, run, run.spec.training, run.spec.model.max_length,
-                                 run.spec.seed, ctx.work, tuple(splits) if splits else None)
-        train_stats = ctx.inputs[model_stage] / "train.json"
-        if train_stats.exists():
-            metrics["train"] = json.loads(train_stats.read_text())
-        run.hooks().kinject_metrics_logged(stage=name, metrics={f"{s}/{k}": v for s, m in metrics.items()
-                                                                  for k, v in m.items()}, step=None)
-        if is_main_process():
-            (ctx.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
 
-    return Stage(name=name, fn=fn, config=config, inputs=(model_stage,))
+def probe_metric_names(task: Task, env: Environment, model: ModelRef) -> list[str]:
+    """The metric names ``task.score`` reports: declared, or found by scoring random logits on a few examples
+    (so a misspelt metric fails in ``prepare``, before any training)."""
+    import warnings
+
+    names = task.metric_names()
+    if names is not None:
+        return list(names)
+    split = task.eval_splits[0]
+    examples = task.examples(split, env)[:16]
+    features = task.featurize(model.load_tokenizer(), examples, model.max_length, env)
+    head = task.head(env)
+    rng = np.random.default_rng(0)
+    shape = (len(features), max(len(f["input_ids"]) for f in features), head.num_labels) if head.kind == "token" \
+        else (len(features), head.num_labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return list(task.score(split, examples, features, rng.normal(size=shape), env))
+
+
+# -- paired comparison ------------------------------------------------------------------------------ #
+class CompareConfig(StageConfig):
+    """A method against its baseline on the same test examples: difference + paired bootstrap interval."""
+
+    task: TaskRef
+    metric: str
+    split: str
+    baseline: str
+    other: str
+    labels: tuple[str, str]
+    resamples: int = 2000
+    seed: int = 0
+
+
+def compare_body(cfg: CompareConfig, ctx: StageContext) -> None:
+    from kinject.evidence import compare_prediction_files
+
+    files = [ctx.inputs[name] / "predictions" / f"{cfg.split}.jsonl" for name in (cfg.baseline, cfg.other)]
+    if not all(f.exists() for f in files):
+        log.warning("compare: no per-example predictions for %s; no interval", cfg.split)
+        return
+    task = cfg.task.build()
+    result = plain(compare_prediction_files(files[0], files[1], cfg.metric, task_kind=task.kind, seed=cfg.seed,
+                                            n_resamples=cfg.resamples, task=task, env=cfg.task.environment(ctx)))
+    result.update({"baseline_name": cfg.labels[0], "other_name": cfg.labels[1], "split": cfg.split,
+                   "metric": cfg.metric})
+    if is_main_process():
+        (ctx.out / "comparison.json").write_text(json.dumps(result, indent=2))
+
+
+def compare_stage(run, baseline: str, other: str, name: str = "compare", labels: tuple[str, str] | None = None,
+                  metric: str | None = None) -> Stage:
+    """Compare the predictions of evaluate stages ``other`` vs ``baseline`` on the test split (or the last
+    evaluated split): the run's metrics.json gets a ``comparison`` entry, the console a line."""
+    splits = run.spec.training.eval_splits or list(run.task.eval_splits)
+    split = "test" if "test" in splits else splits[-1]
+    config = CompareConfig(task=run.task_ref(), metric=metric or run.task.primary_metric(), split=split,
+                           baseline=baseline, other=other, labels=labels or (baseline, other), seed=run.spec.seed)
+    return Stage(name=name, body=compare_body, config=config, inputs=(baseline, other), artifacts=("comparison.json",))

@@ -140,27 +140,51 @@ def last_checkpoint(work: Path) -> str | None:
 
 
 class _HookCallback:
-    """Forward Trainer logs to the kinject.hooks lifecycle event ``kinject_metrics_logged``."""
+    """Forward Trainer logs to the kinject.hooks event ``kinject_metrics_logged``; with a ``scorer``, also
+    score the dev split every ``eval_steps`` steps and announce it as ``eval/<metric>``."""
 
-    def __new__(cls, stage: str):
+    def __new__(cls, stage: str, scorer: Callable | None = None, eval_steps: int | None = None):
         from transformers import TrainerCallback
+
+        def announce(metrics: dict, step: int) -> None:
+            from kinject.hooks import plugin_manager
+
+            plugin_manager().hook.kinject_metrics_logged(stage=stage, metrics=metrics, step=step)
 
         class Callback(TrainerCallback):
             def on_log(self, args, state, control, logs=None, **kwargs):
                 if logs and state.is_world_process_zero:
-                    from kinject.hooks import plugin_manager
+                    announce({k: float(v) for k, v in logs.items() if isinstance(v, (int, float))},
+                             state.global_step)
 
-                    numeric = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float))}
-                    plugin_manager().hook.kinject_metrics_logged(stage=stage, metrics=numeric,
-                                                                 step=state.global_step)
+            def on_step_end(self, args, state, control, model=None, **kwargs):
+                if scorer and eval_steps and state.global_step % eval_steps == 0 and state.is_world_process_zero:
+                    scores = scorer(model)
+                    announce({f"eval/{k}": float(v) for k, v in scores.items() if isinstance(v, (int, float))},
+                             state.global_step)
 
         return Callback()
 
 
+def _quiet_progress(trainer) -> None:
+    """Keep the progress bar, drop the Trainer's own printing of each log dict (kinject's hook logs it)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class Progress(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            return None
+
+    trainer.remove_callback(PrinterCallback)
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(Progress)
+
+
 def train(model, features: list[dict], collator: Callable, training: TrainingSpec, work: Path, seed: int,
-          stage: str = "train", resume: bool = False, trainer_cls=None, **arg_overrides: Any) -> dict[str, float]:
+          stage: str = "train", resume: bool = False, trainer_cls=None, scorer: Callable | None = None,
+          **arg_overrides: Any) -> dict[str, float]:
     """Train ``model`` in place on ``features``. Returns training stats (loss, samples/s, useful-token
-    fraction). Checkpoints go to ``work``; ``resume`` restarts from the last one there."""
+    fraction). Checkpoints go to ``work``; ``resume`` restarts from the last one there. ``scorer(model)``
+    (see :func:`dev_scorer`) is called every ``training.eval_steps`` steps."""
     from transformers import Trainer, set_seed
 
     set_seed(seed)
@@ -168,7 +192,8 @@ def train(model, features: list[dict], collator: Callable, training: TrainingSpe
     args = training_arguments(training, work, seed, **arg_overrides)
     trainer_cls = with_length_buckets(trainer_cls or Trainer)
     trainer = trainer_cls(model=model, args=args, train_dataset=to_dataset(features), data_collator=counter,
-                          callbacks=[_HookCallback(stage)])
+                          callbacks=[_HookCallback(stage, scorer, training.eval_steps)])
+    _quiet_progress(trainer)
     checkpoint = last_checkpoint(work) if resume else None
     result = trainer.train(resume_from_checkpoint=checkpoint)
     stats = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
@@ -179,16 +204,75 @@ def train(model, features: list[dict], collator: Callable, training: TrainingSpe
     return stats
 
 
-def predict(model, features: list[dict], collator: Callable, training: TrainingSpec, work: Path,
-            seed: int) -> np.ndarray:
-    """Logits for ``features`` in their original order (gathered across processes under DDP)."""
-    from transformers import Trainer
+def _by_length(features: list[dict]) -> np.ndarray:
+    """Indices of ``features`` longest first (stable), so evaluation batches pad little."""
+    return np.argsort([-len(f["input_ids"]) for f in features], kind="stable")
 
-    args = training_arguments(training, work, seed, group_by_length=False)
-    trainer = Trainer(model=model, args=args, data_collator=collator)
-    dataset = to_dataset(features).remove_columns(["length"])
-    output = trainer.predict(dataset)
-    logits = output.predictions
-    if isinstance(logits, tuple):
-        logits = logits[0]
-    return np.asarray(logits)
+
+def _unsort(logits: np.ndarray, order: np.ndarray) -> np.ndarray:
+    out = np.empty_like(logits)
+    out[order] = logits
+    return out
+
+
+def predict(model, features: list[dict], collator: Callable, batch_size: int, work: Path) -> np.ndarray:
+    """Logits for ``features`` in their original order (gathered across processes under DDP).
+
+    Examples are scored longest first with dynamic padding, so a batch pads only to its own longest row.
+    """
+    from transformers import Trainer, TrainingArguments
+
+    from kinject.distributed import world_size
+
+    order = _by_length(features)
+    cpu = not _cuda()
+    kwargs: dict[str, Any] = dict(output_dir=str(work), per_device_eval_batch_size=batch_size, report_to=[],
+                                  use_cpu=cpu, dataloader_num_workers=0, disable_tqdm=True)
+    if world_size() > 1 and cpu:
+        kwargs["ddp_backend"] = "gloo"
+    trainer = Trainer(model=model, args=TrainingArguments(**kwargs), data_collator=collator)
+    output = trainer.predict(to_dataset([features[i] for i in order]).remove_columns(["length"]))
+    logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
+    return _unsort(np.asarray(logits), order)
+
+
+def predict_here(model, features: list[dict], collator: Callable, batch_size: int) -> np.ndarray:
+    """Logits in this process only (no Trainer): for scoring during training. Token logits are padded with
+    -100 to the longest row, as ``Trainer.predict`` pads them."""
+    import torch
+
+    order = _by_length(features)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    chunks = []
+    with torch.inference_mode():
+        for lo in range(0, len(order), batch_size):
+            batch = collator([{k: v for k, v in features[i].items() if k != "labels"} for i in order[lo:lo + batch_size]])
+            batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            chunks.append(model(**batch).logits.float().cpu().numpy())
+    model.train(was_training)
+    if chunks and chunks[0].ndim == 3:
+        width = max(c.shape[1] for c in chunks)
+        chunks = [np.pad(c, ((0, 0), (0, width - c.shape[1]), (0, 0)), constant_values=-100) for c in chunks]
+    return _unsort(np.concatenate(chunks), order)
+
+
+def dev_scorer(task, env, tokenizer, max_length: int, training: TrainingSpec) -> Callable:
+    """``scorer(model) -> metrics`` on the task's first evaluation split (for ``training.eval_steps``)."""
+    split = task.eval_splits[0]
+    examples = task.examples(split, env)
+    features = task.featurize(tokenizer, examples, max_length, env)
+    collator = task.collator(tokenizer)
+
+    def score(model) -> dict[str, float]:
+        return task.score(split, examples, features, predict_here(model, features, collator,
+                                                                  training.eval_batch_size), env)
+
+    return score
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

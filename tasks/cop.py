@@ -15,8 +15,8 @@ from pydantic import Field
 from kinject.errors import DataError, DataMissingError
 from kinject.io import read_csv_columns
 from kinject.interfaces import Environment
-from kinject.tasking.datasets import DatasetInfo, register_dataset
-from kinject.tasking.sequence import SequenceClassificationTask, SequenceTaskConfig
+from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_cop
 
 COP = register_dataset(DatasetInfo(

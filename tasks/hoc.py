@@ -12,11 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from kinject.errors import DataError
 from kinject.interfaces import Environment
-from kinject.tasking.datasets import DatasetInfo, register_dataset
-from kinject.tasking.sequence import SequenceClassificationTask, evaluate_all
-from kinject.tasking.token import CatalogueSplits, read_table
+from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.sequence import SequenceClassificationTask, evaluate_all
+from kinject.tasks.token import CatalogueSplits, read_table
 
 HALLMARKS = ("invasion_metastasis", "immune_destruction", "cellular_energetics", "replicative_immortality",
              "growth_suppressors", "genomic_instability", "angiogenesis", "cell_death",
@@ -88,3 +90,16 @@ class HoCTask(CatalogueSplits, SequenceClassificationTask):
         out = evaluate_all(self.metric_refs(), gold, predicted, labels=self.labels(env))
         out["abstracts"] = float(len(gold))
         return out
+
+    def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,
+                    env: Environment) -> list[dict]:
+        """One record per abstract (as scored): ``id`` = PMID, ``gold``/``pred`` = the union of its sentences'
+        hallmarks, ``scores`` = per hallmark the highest sentence logit (a hallmark is predicted iff it clears
+        the threshold there)."""
+        logits = np.asarray(predictions, dtype=float)
+        ids, gold = self.by_abstract(examples, [ex["label"] for ex in examples])
+        _, predicted = self.by_abstract(examples, self.decode(logits, env))
+        best: dict[str, np.ndarray] = {}
+        for ex, row in zip(examples, logits):
+            best[ex["group"]] = np.maximum(best[ex["group"]], row) if ex["group"] in best else row
+        return [{"id": i, "gold": g, "pred": p, "scores": best[i].tolist()} for i, g, p in zip(ids, gold, predicted)]

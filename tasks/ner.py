@@ -2,7 +2,7 @@
 
 Data: CoNLL ``token<TAB>tag`` files (Crichton et al. 2017 copies; JNLPBA in BLURB's untyped BIO form)
 in ``<data_dir>/<folder>/``. Model: a linear layer per word (first sub-token), BIO tags by default
-(``--set task.scheme=IO|BIOUL``); see :mod:`kinject.tasking.token`.
+(``--set task.scheme=IO|BIOUL``); see :mod:`kinject.tasks.token`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from kinject.tasking.datasets import DatasetInfo, register_dataset
-from kinject.tasking.token import CatalogueSplits, TokenClassificationTask, read_conll
+from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.token import CatalogueSplits, TokenClassificationTask, read_conll
 
 CRICHTON = ("https://raw.githubusercontent.com/cambridgeltl/MTL-Bioinformatics-2016/"
             "df0df02fae6dbb87d88ffcf323b9096528f06f84/data/{corpus}/{{file}}")

@@ -24,9 +24,9 @@ from pydantic import Field
 from kinject.errors import DataError, DataMissingError
 from kinject.interfaces import Environment
 from kinject.io import iter_lines
-from kinject.tasking.datasets import DatasetInfo, register_dataset
-from kinject.tasking.sequence import evaluate_all
-from kinject.tasking.token import CatalogueSplits, TokenClassificationTask, TokenTaskConfig
+from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.sequence import evaluate_all, unit_ids
+from kinject.tasks.token import CatalogueSplits, TokenClassificationTask, TokenTaskConfig
 
 log = logging.getLogger("kinject")
 ELEMENTS = {"PAR": "participants", "INT": "interventions", "OUT": "outcomes"}
@@ -159,3 +159,11 @@ class EBMPicoTask(CatalogueSplits, TokenClassificationTask):
         words = [[ELEMENTS[t[2:]] if t != "O" else None for t in tags] for tags in predicted]
         return evaluate_all(self.metric_refs(), [ex["elements"] for ex in examples], words,
                             labels=self.labels(env))
+
+    def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,
+                    env: Environment) -> list[dict]:
+        """One record per sentence: ``gold``/``pred`` = per word, the list of PICO elements it belongs to
+        (gold keeps overlapping elements; a prediction has at most one), as ``pico-f1`` scores them."""
+        predicted = self.predicted_tags(examples, features, predictions, env)
+        return [{"id": i, "gold": ex["elements"], "pred": [[ELEMENTS[t[2:]]] if t != "O" else [] for t in tags]}
+                for i, ex, tags in zip(unit_ids(split, examples), examples, predicted)]

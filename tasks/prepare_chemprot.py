@@ -48,6 +48,12 @@ def _file(folder: Path, split: str, kind: str) -> Path:
     return folder / f"{name}.gz"
 
 
+def raw_files(data_dir: Path) -> list[Path]:
+    """The release files :func:`prepare` reads (abstracts, entities, relations of each split)."""
+    folder = Path(data_dir) / ORIGINAL
+    return [_file(folder, split, kind) for split in STEMS for kind in ("abstracts", "entities", "relations")]
+
+
 def build_split(folder: Path, split: str) -> list[dict]:
     """The instances of one split, in document / sentence / pair order."""
     abstracts: dict[str, str] = {}

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import os
 import re
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
 from kinject.errors import DataError, DataMissingError
-from kinject.io import read_csv_columns
+from kinject.io import atomic_file, read_csv_columns
 
 SECTIONS = {  # kept section -> header keywords (lower case, matched as a prefix of the header)
     "CHIEF COMPLAINT": ("chief complaint",),
@@ -81,13 +79,10 @@ def _split(subject: str, seed: int) -> str:
 
 
 def _write_csv(path: Path, label_column: str, rows: list[tuple[str, str, str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["id", "text", label_column])
         writer.writerows(rows)
-    os.replace(tmp, path)
 
 
 def build(mimic_dir: Path, seed: int = 0) -> dict[str, dict[str, list[tuple[str, str, str]]]]:

@@ -75,6 +75,11 @@ def build(data_dir: Path) -> dict[str, list[dict]]:
     return splits
 
 
+def raw_files(data_dir: Path) -> list[Path]:
+    """The release file :func:`prepare` reads."""
+    return [Path(data_dir) / ORIGINAL]
+
+
 def prepare(data_dir: Path, out: Path | None = None, **_options) -> dict[str, int]:
     """Write ``{train,dev,test}.jsonl`` (+ manifest.json) to ``out`` (default <data_dir>/ddi/prepared)."""
     out = Path(out) if out else Path(data_dir) / "ddi" / "prepared"

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
+
+from kinject.catalogue import DatasetInfo, prepared_cache
+from kinject.io import atomic_directory, atomic_file, atomic_write_text
 
 _ABBREVIATIONS = {
     "e.g", "i.e", "vs", "al", "fig", "figs", "ref", "refs", "approx", "ca", "cf", "dr", "no", "nos", "resp", "sp",
@@ -74,19 +75,11 @@ def render(sentence: str, spans: Sequence[Sequence], style: str = "dummy") -> st
 
 def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
     """Write rows atomically (temp file + rename): a crash never leaves a half-written split."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     count = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-                count += 1
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(Path(path)) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            count += 1
     return count
 
 
@@ -94,30 +87,31 @@ def write_splits(out: Path, splits: dict[str, list[dict]], manifest: dict) -> di
     """Write ``<split>.jsonl`` for each split plus ``manifest.json`` (counts, source, options)."""
     out = Path(out)
     counts = {split: write_jsonl(out / f"{split}.jsonl", rows) for split, rows in splits.items()}
-    (out / "manifest.json").write_text(json.dumps({**manifest, "counts": counts}, indent=2) + "\n")
+    atomic_write_text(out / "manifest.json", json.dumps({**manifest, "counts": counts}, indent=2) + "\n")
     return counts
 
 
-def ensure_prepared(name: str, prepare, env, path: Path | None = None, version: str = "1") -> Path:
-    """The folder holding ``<split>.jsonl`` for dataset ``name``.
+def ensure_prepared(info: DatasetInfo, env, path: Path | None = None) -> Path:
+    """The folder holding ``<split>.jsonl`` for the dataset ``info`` (converted by ``info.prepare``).
 
     Looked up in order: ``path`` (when given: it must hold the files), ``<data_dir>/<name>/prepared``
     (written by ``kinject data prepare NAME``), else the converter runs once from the original files
-    into ``<cache_dir>/prepared/<name>-v<version>`` (manifest.json is written last, so a crash leaves
-    nothing that looks finished).
+    into :func:`kinject.catalogue.prepared_cache` (an atomic folder: a crash leaves nothing behind).
     """
     from kinject.errors import DataMissingError
 
+    name = info.name
     if path is not None:
         path = Path(path)
         if not (path / "train.jsonl").exists() and not (path / "test.jsonl").exists():
             raise DataMissingError(f"task.path={path} holds no train.jsonl/test.jsonl "
                                    f"(write them with `kinject data prepare {name} --out {path}`)")
         return path
-    shared = Path(env.data_dir) / name / "prepared"
+    shared = Path(env.data_dir) / info.folder / "prepared"
     if (shared / "manifest.json").exists():
         return shared
-    cached = Path(env.cache_dir) / "prepared" / f"{name}-v{version}"
+    cached = prepared_cache(info, env.cache_dir)
     if not (cached / "manifest.json").exists():
-        prepare(Path(env.data_dir), out=cached)
+        with atomic_directory(cached, replace=cached.exists()) as tmp:  # replace: a pre-atomic leftover
+            info.prepare(Path(env.data_dir), out=tmp)
     return cached

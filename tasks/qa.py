@@ -12,8 +12,8 @@ from pydantic import Field
 from kinject.errors import DataError
 from kinject.interfaces import Environment
 from kinject.io import read_tsv
-from kinject.tasking.datasets import DatasetInfo, register_dataset, split_file
-from kinject.tasking.sequence import SequenceClassificationTask, SequenceTaskConfig
+from kinject.catalogue import DatasetInfo, register_dataset, split_file
+from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_pubmedqa
 
 PUBMEDQA = register_dataset(DatasetInfo(

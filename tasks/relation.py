@@ -10,15 +10,15 @@ the original releases into the cache, see :func:`kinject.tasks.prepare_util.ensu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from kinject.errors import DataError
 from kinject.interfaces import Environment
-from kinject.io import read_jsonl
-from kinject.tasking.datasets import DatasetInfo, register_dataset
-from kinject.tasking.sequence import SequenceClassificationTask, SequenceTaskConfig
+from kinject.io import read_jsonl, text_field
+from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_chemprot, prepare_ddi
 from kinject.tasks.prepare_util import ensure_prepared, render
 
@@ -32,29 +32,29 @@ class RelationConfig(SequenceTaskConfig):
         "[E1]..[/E1] / [E2]..[/E2].")
 
 
-def _count(folder: str) -> Callable[[Path], dict[str, int]]:
-    def count(data_dir: Path) -> dict[str, int]:
-        base = Path(data_dir) / folder / "prepared"
-        return {split: sum(1 for _ in open(base / f"{split}.jsonl", "rb"))
-                for split in ("train", "dev", "test") if (base / f"{split}.jsonl").exists()}
-    return count
+def _count(folder: Path) -> dict[str, int]:
+    """Instances per split of a prepared folder (one JSON line each)."""
+    base = Path(folder) / "prepared"
+    return {split: sum(1 for _ in open(base / f"{split}.jsonl", "rb"))
+            for split in ("train", "dev", "test") if (base / f"{split}.jsonl").exists()}
 
 
-CHEMPROT = register_dataset(DatasetInfo(
-    name="chemprot", folder="chemprot",
-    splits={s: f"prepared/{s}.jsonl" for s in ("train", "dev", "test")},
-    description="ChemProt (BioCreative VI) chemical-protein relations, BLURB sentence-level pairs, 5 classes + false",
-    how_to_get="the BioCreative VI ChemProt release into <data_dir>/chemprot/biocreative6_original/, then "
-               "`kinject data prepare chemprot`",
-    prepare=prepare_chemprot.prepare, prepared_from="chemprot/biocreative6_original/*.tsv(.gz)",
-    count=_count("chemprot")))
-DDI = register_dataset(DatasetInfo(
-    name="ddi", folder="ddi",
-    splits={s: f"prepared/{s}.jsonl" for s in ("train", "dev", "test")},
-    description="DDI 2013 drug-drug interactions, BLURB pairs (@DRUG$), 4 classes + DDI-false",
-    how_to_get="DDICorpus-2013.zip (github.com/isegura/DDICorpus) into <data_dir>/ddi/, then "
-               "`kinject data prepare ddi`",
-    prepare=prepare_ddi.prepare, prepared_from="ddi/DDICorpus-2013.zip", count=_count("ddi")))
+def _relation_dataset(name: str, module, description: str, how_to_get: str, prepared_from: str) -> DatasetInfo:
+    return register_dataset(DatasetInfo(
+        name=name, folder=name, splits={s: f"prepared/{s}.jsonl" for s in ("train", "dev", "test")},
+        description=description, how_to_get=how_to_get, prepare=module.prepare, prepared_from=prepared_from,
+        count=_count, raw_files=module.raw_files, prepared_on_use=True, prepare_version="1"))
+
+
+CHEMPROT = _relation_dataset(
+    "chemprot", prepare_chemprot,
+    "ChemProt (BioCreative VI) chemical-protein relations, BLURB sentence-level pairs, 5 classes + false",
+    "the BioCreative VI ChemProt release into <data_dir>/chemprot/biocreative6_original/ (converted on first "
+    "use, or `kinject data prepare chemprot`)", "chemprot/biocreative6_original/*.tsv(.gz)")
+DDI = _relation_dataset(
+    "ddi", prepare_ddi, "DDI 2013 drug-drug interactions, BLURB pairs (@DRUG$), 4 classes + DDI-false",
+    "DDICorpus-2013.zip (github.com/isegura/DDICorpus) into <data_dir>/ddi/ (converted on first use, or "
+    "`kinject data prepare ddi`)", "ddi/DDICorpus-2013.zip")
 
 
 class RelationTask(SequenceClassificationTask):
@@ -64,7 +64,6 @@ class RelationTask(SequenceClassificationTask):
     info: ClassVar[DatasetInfo]
     label_set: ClassVar[tuple[str, ...]] = ()
     negative: ClassVar[str] = "false"
-    prepare_version: ClassVar[str] = "1"
 
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
@@ -77,8 +76,7 @@ class RelationTask(SequenceClassificationTask):
         return list(self.label_set)
 
     def folder(self, env: Environment) -> Path:
-        module = {"chemprot": prepare_chemprot, "ddi": prepare_ddi}[self.info.name]
-        return ensure_prepared(self.info.name, module.prepare, env, self.config.path, self.prepare_version)
+        return ensure_prepared(self.info, env, self.config.path)
 
     def check(self, env: Environment) -> None:
         folder = self.folder(env)
@@ -93,17 +91,19 @@ class RelationTask(SequenceClassificationTask):
         if split not in self._cache:
             path, out = self.folder(env) / f"{split}.jsonl", []
             for number, row in read_jsonl(path):
-                missing = [k for k in ("id", "label", "sentence", "spans") if k not in row]
-                if missing:
-                    raise DataError(f"missing field {missing[0]!r}", path, number)
-                if row["label"] not in self.label_set:
-                    raise DataError(f"unknown label {row['label']!r} (known: {', '.join(self.label_set)})",
-                                    path, number)
+                ident, label = text_field(row, "id", path, number), text_field(row, "label", path, number)
+                sentence = text_field(row, "sentence", path, number)
+                if not isinstance(row.get("spans"), list):
+                    raise DataError("field 'spans' must be a list of [start, end, type]", path, number)
+                if label not in self.label_set:
+                    raise DataError(f"unknown label {label!r} (known: {', '.join(self.label_set)})", path, number)
                 if self.config.entity_style == "markers":
-                    text = render(row["sentence"], row["spans"], "markers")
+                    text = render(sentence, row["spans"], "markers")
+                elif row.get("text") is not None:
+                    text = text_field(row, "text", path, number)
                 else:
-                    text = row.get("text") or render(row["sentence"], row["spans"])
-                out.append({"id": row["id"], "text": text, "label": row["label"], "where": f"{path}:{number}"})
+                    text = render(sentence, row["spans"])
+                out.append({"id": ident, "text": text, "label": label, "where": f"{path}:{number}"})
                 if env.limit and len(out) >= env.limit:
                     break
             self._cache[split] = out

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from kinject.errors import DataError
-from kinject.tasking.datasets import DatasetInfo, register_dataset
-from kinject.tasking.sequence import SequenceClassificationTask
-from kinject.tasking.token import CatalogueSplits, read_table
+from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.sequence import SequenceClassificationTask
+from kinject.tasks.token import CatalogueSplits, read_table
 
 HEADER = ["pair_id", "sent1", "sent2", "score"]
 

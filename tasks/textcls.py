@@ -9,8 +9,8 @@ from pydantic import Field
 
 from kinject.errors import DataError, DataMissingError
 from kinject.interfaces import Environment
-from kinject.io import read_jsonl, read_tsv
-from kinject.tasking.sequence import SequenceClassificationTask, SequenceTaskConfig
+from kinject.io import read_jsonl, read_tsv, text_field
+from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 
 
 class TextClsConfig(SequenceTaskConfig):
@@ -64,22 +64,28 @@ class TextClassificationTask(SequenceClassificationTask):
         for number, row in rows:
             yield number, dict(zip(header, row))
 
+    def _label(self, row: dict, path: Path, number: int) -> str | list[str]:
+        """A string (or JSON integer) label; multi-label: a list of strings or one string of joined labels."""
+        cfg = self.config
+        if not cfg.multi_label:
+            return text_field(row, cfg.label_field, path, number)
+        label = row.get(cfg.label_field)
+        if isinstance(label, str):
+            return [x.strip() for x in label.split(cfg.label_separator) if x.strip()]
+        if isinstance(label, list) and all(isinstance(x, str) for x in label):
+            return label
+        raise DataError(f"field {cfg.label_field!r} must be a list of strings or a string of labels joined by "
+                        f"{cfg.label_separator!r}" + ("" if cfg.label_field in row else " (missing)"), path, number)
+
     def examples(self, split: str, env: Environment) -> list[dict]:
         if split not in self._cache:
             cfg, path, out = self.config, self._file(split, env), []
             for number, row in self._rows(path):
-                for fieldname in filter(None, (cfg.text_field, cfg.text_pair_field, cfg.label_field)):
-                    if fieldname not in row:
-                        raise DataError(f"missing field {fieldname!r}", path, number)
-                label = row[cfg.label_field]
-                if cfg.multi_label and isinstance(label, str):
-                    label = [x.strip() for x in label.split(cfg.label_separator) if x.strip()]
-                elif not cfg.multi_label:
-                    label = str(label)
-                ex = {"id": row.get("id", f"{split}-{number}"), "text": str(row[cfg.text_field]), "label": label,
-                      "where": f"{path}:{number}"}
+                ident = text_field(row, "id", path, number) if row.get("id") is not None else f"{split}-{number}"
+                ex = {"id": ident, "text": text_field(row, cfg.text_field, path, number),
+                      "label": self._label(row, path, number), "where": f"{path}:{number}"}
                 if cfg.text_pair_field:
-                    ex["text_pair"] = str(row[cfg.text_pair_field])
+                    ex["text_pair"] = text_field(row, cfg.text_pair_field, path, number)
                 out.append(ex)
             self._cache[split] = out[: env.limit] if env.limit else out
         return self._cache[split]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
+
 
 def run_kinject(*args: str) -> int:
     """Run the kinject CLI in-process; return its exit code."""
@@ -12,3 +15,14 @@ def run_kinject(*args: str) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
+
+
+def fake_distribution(root: Path, name: str, entry_points: str, modules: dict[str, str]) -> Path:
+    """A minimal installed distribution (dist-info + modules) on a folder we can put on sys.path."""
+    info = root / f"{name.replace('-', '_')}-1.2.3.dist-info"  # dist-info names use underscores
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.2.3\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    for module, source in modules.items():
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+    return root

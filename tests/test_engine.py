@@ -64,11 +64,15 @@ def test_run_directory_and_cache(tmp_path, textcls_dir, tiny_model):
     assert second["finetune"]["key"] == first["finetune"]["key"]
     assert json.loads((again / "metrics.json").read_text()) == metrics
 
-    # changing an evaluation-only parameter re-runs only the evaluate stage
+    # a field that cannot change any output (the evaluation batch size) is a cache hit everywhere
     evalonly = tmp_path / "evalonly"
     assert kinject(*run_args(textcls_dir, evalonly, "--set", "training.eval_batch_size=7")) == 0
     third = stages(evalonly)
-    assert third["finetune"]["cached"] and not third["evaluate"]["cached"]
+    assert third["finetune"]["cached"] and third["evaluate"]["cached"]
+    # an evaluation field re-runs only the evaluate stage
+    maxlen = tmp_path / "splits"
+    assert kinject(*run_args(textcls_dir, maxlen, "--set", "training.eval_splits=[dev]")) == 0
+    assert stages(maxlen)["finetune"]["cached"] and not stages(maxlen)["evaluate"]["cached"]
     # changing a training parameter re-runs both
     lr = tmp_path / "lr"
     assert kinject(*run_args(textcls_dir, lr, "--set", "training.learning_rate=1e-3")) == 0

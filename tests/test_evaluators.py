@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from kinject.evaluators import UndefinedMetricWarning
 from kinject.registry import registry
 
 
@@ -40,7 +41,29 @@ def test_pico_word_f1_per_element_and_macro():
 
 def test_pearson_hand_value_and_constant_predictions():
     assert evaluator("pearson").compute([1, 2, 3, 4], [1, 3, 2, 4])["pearson"] == pytest.approx(0.8)
-    assert evaluator("pearson").compute([1, 2, 3], [2, 2, 2])["pearson"] == 0.0
+    with pytest.warns(UndefinedMetricWarning, match="constant predictions"):
+        assert math.isnan(evaluator("pearson").compute([1, 2, 3], [2, 2, 2])["pearson"])
+
+
+@pytest.mark.parametrize("name,options,refs,preds,kwargs,why", [
+    ("auroc", {}, ["1", "1", "1"], ["1", "1", "1"], {"scores": [0.2, 0.5, 0.9], "labels": ["0", "1"]}, "one class"),
+    ("auroc", {}, [["a"], ["a"]], [["a"], ["a"]], {"scores": [[0.9, 0.1], [0.8, 0.3]], "labels": ["a", "b"]},
+     "no label has both classes"),
+    ("auroc", {}, [], [], {"scores": np.zeros((0, 2)), "labels": ["0", "1"]}, "no references"),
+    ("ece", {}, [], [], {"scores": np.zeros((0, 2)), "labels": ["0", "1"]}, "no examples"),
+    ("pearson", {}, [1.0], [1.0], {}, "1 pair"),
+    ("mrr", {}, [[0, 0]], [[0.1, 0.2]], {}, "no query with a relevant candidate"),
+    ("recall-at-k", {"ks": [1]}, [[0, 0]], [[0.1, 0.2]], {}, "no query with a relevant candidate"),
+    ("accuracy", {}, [], [], {}, "no examples"),
+    ("f1", {}, [], [], {}, "no examples"),
+    ("entity-f1", {}, [], [], {}, "no tagged words"),
+    ("pico-f1", {}, [[]], [[]], {}, "no words"),
+])
+def test_undefined_metrics_are_nan_with_a_warning(name, options, refs, preds, kwargs, why):
+    with pytest.warns(UndefinedMetricWarning, match=why):
+        out = evaluator(name, **options).compute(refs, preds, **kwargs)
+    values = {k: v for k, v in out.items() if not k.endswith(("_skipped",))}
+    assert values and all(math.isnan(v) for v in values.values()), out  # never 0.0
 
 
 def test_auroc_binary_from_one_or_two_score_columns():

@@ -10,7 +10,7 @@ import pytest
 
 from kinject.errors import DataError
 from kinject.interfaces import Environment, KnowledgeSource, Triple
-from kinject.kg.data import (KGCollator, KGDataConfig, build_kg_data, length_grouped_batches,
+from kinject.kg.data import (KGCollator, KGDataConfig, build_kg_data, length_grouped_batches, lengths_of,
                              useful_token_fraction)
 from kinject.sources.triples import TriplesSource
 
@@ -132,15 +132,46 @@ def test_build_streams_the_source(tmp_path, tokenizer):
 
 def test_length_grouped_batches_and_collator(kg, tokenizer):
     _, _, data = kg
-    batches = length_grouped_batches(data.entity, 8, seed=0)
+    lengths = lengths_of(data.entity)
+    batches = length_grouped_batches(lengths, 8, seed=0)
     flat = sorted(i for b in batches for i in b)
     assert flat == list(range(len(data.entity)))
-    assert useful_token_fraction(data.entity, batches) >= 0.9
-    assert batches != length_grouped_batches(data.entity, 8, seed=1)
-    batch = KGCollator(tokenizer.pad_token_id)([data.entity[i] for i in batches[0]])
-    lengths = [data.entity[i]["length"] for i in batches[0]]
-    assert batch["input_ids"].shape == (len(lengths), max(lengths)) == batch["labels"].shape
-    assert int(batch["attention_mask"].sum()) == sum(lengths)
+    assert useful_token_fraction(lengths, batches) >= 0.9
+    assert batches != length_grouped_batches(lengths, 8, seed=1)
+    assert batches == length_grouped_batches(lengths, 8, rng=np.random.default_rng(0))
+    batch = KGCollator(tokenizer)([data.entity[i] for i in batches[0]])
+    rows = [data.entity[i]["length"] for i in batches[0]]
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels"}  # no `length` column
+    assert batch["input_ids"].shape == (len(rows), max(rows)) == batch["labels"].shape
+    assert int(batch["attention_mask"].sum()) == sum(rows)
     assert (batch["labels"][batch["attention_mask"] == 0] == -100).all()
-    scalar = KGCollator(tokenizer.pad_token_id)([data.relation[0], data.relation[1]])
-    assert scalar["labels"].shape == (2,)
+    assert (batch["input_ids"][batch["attention_mask"] == 0] == tokenizer.pad_token_id).all()
+    assert (batch["token_type_ids"][batch["attention_mask"] == 0] == 0).all()
+    scalar = KGCollator(tokenizer)([data.relation[0], data.relation[1]])
+    assert scalar["labels"].tolist() == [data.relation[0]["labels"], data.relation[1]["labels"]]
+
+
+def test_length_grouped_batches_partial_last_longest_first():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 120, 203)
+    batches = length_grouped_batches(lengths, 16, seed=3)
+    assert [len(b) for b in batches] == [16] * 12 + [11]  # the one partial batch last
+    assert max(lengths[batches[0]]) == lengths.max()  # the longest batch first
+    assert sorted(i for b in batches for i in b) == list(range(203))
+    assert useful_token_fraction(lengths, batches) > 0.9  # random batches: ~0.6
+
+
+def test_length_grouped_batches_serves_the_torch_rng_sampler():
+    """With ``permutation`` from the global torch RNG it is exactly kinject.training's sampler."""
+    import random
+
+    import torch
+
+    from kinject.training import LengthBucketSampler
+
+    lengths = [random.Random(1).randint(5, 120) for _ in range(203)]
+    torch.manual_seed(7)
+    expected = list(LengthBucketSampler(lengths, batch_size=16))
+    torch.manual_seed(7)
+    batches = length_grouped_batches(lengths, 16, permutation=lambda n: torch.randperm(n).tolist())
+    assert [i for b in batches for i in b] == expected

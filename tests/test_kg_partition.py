@@ -9,18 +9,21 @@ import pytest
 
 from kinject.interfaces import Triple
 from kinject.kg.partition import (EntityGraph, graph_stats, metis_parts, partition_report, shuffle_parts,
-                                  write_partition)
+                                  stream_stats, write_partition)
 
 
-def two_cliques() -> EntityGraph:
+def clique_triples() -> list[Triple]:
     """Two 5-cliques joined by one bridge edge (plus a duplicate edge and a self-loop)."""
     triples = []
     for group in ("a", "b"):
         for i in range(5):
             for j in range(i + 1, 5):
                 triples.append(Triple(f"{group}{i}", "linked", f"{group}{j}"))
-    triples += [Triple("a0", "bridge", "b0"), Triple("a1", "linked", "a0"), Triple("a2", "self", "a2")]
-    return EntityGraph.from_triples(triples)
+    return triples + [Triple("a0", "bridge", "b0"), Triple("a1", "linked", "a0"), Triple("a2", "self", "a2")]
+
+
+def two_cliques() -> EntityGraph:
+    return EntityGraph.from_triples(clique_triples())
 
 
 def test_stats_counts_and_degrees():
@@ -28,6 +31,28 @@ def test_stats_counts_and_degrees():
     assert (stats["entities"], stats["relations"], stats["triples"]) == (10, 3, 23)
     assert stats["relation_counts"] == {"linked": 21, "bridge": 1, "self": 1}
     assert stats["degree"]["max"] == 6 and sum(stats["degree_histogram"].values()) == 10
+
+
+def test_streamed_stats_equal_in_memory_stats():
+    assert stream_stats(iter(clique_triples()), chunk=4) == graph_stats(two_cliques())
+    assert stream_stats(iter([]))["triples"] == 0
+
+
+def test_streamed_stats_memory_is_flat_in_the_number_of_triples():
+    import tracemalloc
+
+    def peak(rows: int) -> int:  # 500 entities, 7 relations, ``rows`` triples
+        triples = (Triple(f"e{i % 500}", f"r{i % 7}", f"e{(i * 7) % 499}") for i in range(rows))
+        tracemalloc.start()
+        try:
+            assert stream_stats(triples, chunk=2048)["triples"] == rows
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak(100)  # first-call allocations (lazy imports, caches) are not the stream's
+    small, large = peak(20_000), peak(80_000)
+    assert large < 1.3 * small, (small, large)  # holding the edges would need ~4x
 
 
 def test_metis_finds_the_bridge_and_report_is_exact(tmp_path):

@@ -163,3 +163,12 @@ def test_mask_search_stops_at_threshold_and_keeps_last_good_mask():
     assert bool(((soft.mask >= 0) & (soft.mask <= 1)).all()) and soft.mask.min() == 0.0
     assert soft.rounds[-1]["masked"] == 8  # every head became a candidate and kept its normalised score
     assert int((soft.mask == 1).sum()) <= 1  # only the globally most important head can score exactly 1
+
+
+def test_mask_search_refuses_an_undefined_metric():
+    from kinject.errors import KinjectError
+
+    model = tiny_bert("eager", labels=2)
+    batches = [{**inputs(batch=4), "labels": torch.tensor([0, 1, 0, 1])}]
+    with pytest.raises(KinjectError, match="search metric is nan"):
+        search_mask(model, batches, "single_label_classification", lambda _: float("nan"))

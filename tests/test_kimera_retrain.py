@@ -41,7 +41,7 @@ def batches_of(data, tokenizer, batch_size=4, seed=0):
     datasets = {t: getattr(data, t) for t in KG_TASKS}
     ds = KGBatchDataset(datasets)
     sampler = MultiTaskBatchSampler(ds, batch_size, seed, {t: 1.0 for t in KG_TASKS}, length_grouped_batches)
-    collate = TaskCollator(tokenizer.pad_token_id)
+    collate = TaskCollator(tokenizer)
     return [collate([ds[i] for i in idx]) for idx in sampler], sampler
 
 
@@ -82,6 +82,17 @@ def test_kg_batches_keep_their_shape_after_sampler_and_collator(kg):
     # every row of every task is used exactly once per epoch
     again = [i for b in iter(sampler) for i in b]
     assert sorted(again) == list(range(len(KGBatchDataset({t: getattr(data, t) for t in KG_TASKS}))))
+
+
+def test_kg_batch_dataset_is_a_tagged_concat_dataset(kg):
+    data, _, _ = kg
+    sets = {"entity": data.entity, "relation": data.relation.select([]), "triplet": data.triplet}
+    ds = KGBatchDataset(sets)
+    assert isinstance(ds, torch.utils.data.ConcatDataset) and ds.names == ["entity", "triplet"]  # empty left out
+    assert ds.offsets == {"entity": 0, "triplet": len(data.entity)} and len(ds) == len(data.entity) + len(data.triplet)
+    first, last = ds[0], ds[len(ds) - 1]
+    assert first["task"] == KG_TASKS.index("entity") and last["task"] == KG_TASKS.index("triplet")
+    assert last["input_ids"] == data.triplet[len(data.triplet) - 1]["input_ids"]
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean", "max", "learned"])

@@ -51,15 +51,15 @@ def prepared(tmp_path, textcls_dir, tiny_model, **strategy):
 
 @pytest.mark.parametrize("variant,names", [
     ("finetune", ["finetune", "evaluate"]),
-    ("pruned", ["finetune", "kimera-mask-hard", "kimera-pruned-encoder", "kimera-pruned-finetune",
-                "kimera-pruned-evaluate"]),
-    ("no-mask", ["kimera-retrain", "kimera-finetune", "kimera-evaluate"]),
-    ("soft", ["finetune", "kimera-mask-soft", "kimera-retrain", "kimera-finetune", "kimera-evaluate",
-              "kimera-analysis"]),
+    ("pruned", ["finetune", "evaluate", "kimera-mask-hard", "kimera-pruned-encoder", "kimera-pruned-finetune",
+                "kimera-pruned-evaluate", "kimera-compare"]),
+    ("no-mask", ["finetune", "evaluate", "kimera-retrain", "kimera-finetune", "kimera-evaluate", "kimera-compare"]),
+    ("soft", ["finetune", "evaluate", "kimera-mask-soft", "kimera-retrain", "kimera-finetune", "kimera-evaluate",
+              "kimera-analysis", "kimera-compare"]),
 ])
 def test_stage_plan_per_variant(tmp_path, textcls_dir, tiny_model, variant, names):
     run = prepared(tmp_path, textcls_dir, tiny_model, variant=variant)
-    assert [s.name for s in run.strategy.stages(run)] == names
+    assert [s.name for s in run.stages] == names
 
 
 def test_mask_search_watches_the_task_selection_metric(tmp_path, textcls_dir, tiny_model):
@@ -67,10 +67,10 @@ def test_mask_search_watches_the_task_selection_metric(tmp_path, textcls_dir, ti
 
     assert CaprTask().selection_metric() == "mrr" and CaprTask().primary_metric() == "recall@1"
     run = prepared(tmp_path, textcls_dir, tiny_model, variant="hard")
-    mask = next(s for s in run.strategy.stages(run) if s.name == "kimera-mask-hard")
-    assert mask.config["search_metric"] == run.task.primary_metric() == "accuracy"
+    mask = next(s for s in run.stages if s.name == "kimera-mask-hard")
+    assert mask.config.scoring.metric == run.task.primary_metric() == "accuracy"
     run = prepared(tmp_path, textcls_dir, tiny_model, variant="hard", search_metric="f1_macro")
-    assert next(s for s in run.strategy.stages(run) if s.name == "kimera-mask-hard").config["search_metric"] == "f1_macro"
+    assert next(s for s in run.stages if s.name == "kimera-mask-hard").config.scoring.metric == "f1_macro"
 
 
 def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):
@@ -78,9 +78,11 @@ def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_pa
     from kinject.finetune import FinetuneStrategy
 
     run = prepared(tmp_path, textcls_dir, tiny_model, variant="hard")
-    kimera_key = dict((s.name, k) for s, k, _, _ in plan(run))["finetune"]
+    kimera_keys = {p.stage.name: p.key for p in plan(run)}
     run.strategy = FinetuneStrategy()
-    assert dict((s.name, k) for s, k, _, _ in plan(run))["finetune"] == kimera_key
+    run.stages = run.strategy.stages(run)
+    plain = {p.stage.name: p.key for p in plan(run)}
+    assert plain["finetune"] == kimera_keys["finetune"] and plain["evaluate"] == kimera_keys["evaluate"]
 
 
 @pytest.mark.slow
@@ -94,6 +96,10 @@ def test_end_to_end_hard_mask_run_writes_masks_model_metrics_and_analysis(tmp_pa
                    score_examples=16, rho=0.25, tau=0.5)
     metrics = execute(run, tmp_path / "run")
     assert set(metrics) >= {"dev", "test"} and 0.0 <= metrics["test"]["accuracy"] <= 1.0
+    comparison = metrics["comparison"]  # the headline question: KIMERA vs the phase-1 baseline, paired
+    assert comparison["metric"] == "accuracy" and comparison["n"] == 16
+    assert comparison["ci_low"] <= comparison["difference"] <= comparison["ci_high"]
+    assert comparison["difference"] == pytest.approx(comparison["other"] - comparison["baseline"])
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     dirs = {s["name"]: s["dir"] for s in info["stages"]}
     masks = json.loads((Path(dirs["kimera-mask-hard"]) / "masks.json").read_text())

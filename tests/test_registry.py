@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
+
+from helpers import fake_distribution
 
 from kinject.errors import PluginLoadError, UnknownNameError
 from kinject.registry import Registry
 
 
-def _fake_distribution(root: Path, name: str, entry_points: str, modules: dict[str, str]) -> Path:
-    """A minimal installed distribution (dist-info + modules) on a folder we can put on sys.path."""
-    info = root / f"{name.replace('-', '_')}-1.2.3.dist-info"  # dist-info names use underscores
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.2.3\n")
-    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
-    for module, source in modules.items():
-        (root / f"{module}.py").write_text(textwrap.dedent(source))
-    return root
-
-
 @pytest.fixture
 def broken_dist(tmp_path, monkeypatch):
-    root = _fake_distribution(tmp_path / "site", "kinject-broken-plugins", """
+    root = fake_distribution(tmp_path / "site", "kinject-broken-plugins", """
         [kinject.strategies]
         needs_missing = broken_needs:Strategy
         raises_on_import = broken_raises:Strategy

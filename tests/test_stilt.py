@@ -113,11 +113,11 @@ def test_training_overrides_reach_only_the_intermediate_stage(tmp_path, tiny_mod
     folder = write_textcls(tmp_path / "e", n_train=4, n_eval=2)
     inter = [{"name": "textcls", "path": str(folder), "training": {"learning_rate": 0.5}}]
     run = engine.prepare(build_spec(spec_data(folder, inter, cache_dir, tiny_model, training={"epochs": 2})))
-    stages = {stage.name: stage for stage, *_ in engine.plan(run)}
+    stages = {p.stage.name: p.stage for p in engine.plan(run)}
     assert list(stages) == ["intermediate-1-textcls", "finetune", "evaluate"]
-    assert stages["intermediate-1-textcls"].config["training"]["learning_rate"] == 0.5
-    assert stages["intermediate-1-textcls"].config["training"]["epochs"] == 2
-    assert stages["finetune"].config["training"]["learning_rate"] == FAST["learning_rate"]
+    assert stages["intermediate-1-textcls"].config.training.learning_rate == 0.5
+    assert stages["intermediate-1-textcls"].config.training.epochs == 2
+    assert stages["finetune"].config.training.learning_rate == FAST["learning_rate"]
     assert stages["finetune"].inputs == ("intermediate-1-textcls",)
 
 
@@ -186,7 +186,7 @@ def test_matrix_writes_grid_and_resumes_only_missing_cells(stilt_runs, tmp_path,
         cell = json.loads((out / "cells" / row["target"] / row["intermediate"] / "seed-0.json").read_text())
         stats = summary["rows"][row["target"]]["cells"][row["intermediate"]]
         assert float(row["mean"]) == pytest.approx(cell["value"]) == pytest.approx(stats["mean"])
-        assert row["n"] == "1" and row["std"] == "" and stats["std"] is None  # no spread from one seed
+        assert row["n"] == "1" and row["std"] == "" and stats["std"] == 0.0  # one seed: no spread (csv blank)
         baseline = summary["rows"][row["target"]]["cells"]["baseline"]["mean"]
         if row["intermediate"] == "baseline":
             assert row["delta"] == "" and stats["delta"] is None

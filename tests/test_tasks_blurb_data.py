@@ -10,7 +10,7 @@ import pytest
 
 from helpers import run_kinject as kinject
 from kinject.cli.main import main
-from kinject.tasking.datasets import DatasetInfo, register_dataset
+from kinject.catalogue import DatasetInfo, register_dataset
 
 
 def test_list_shows_present_with_sizes_and_missing(tmp_path, capsys, monkeypatch):
@@ -92,3 +92,58 @@ def test_download_verifies_sha256_and_writes_nothing_on_mismatch(tmp_path, capsy
     assert (out / "toygood" / "payload.tsv").read_bytes() == payload.read_bytes()
     assert kinject("data", "download", "toygood", "--output", str(out)) == 2  # exists: needs --force
     assert kinject("data", "download", "toygood", "--output", str(out), "--force") == 0
+
+
+def _row(out: str, name: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(f"│ {name} "))
+
+
+def test_list_shows_raw_releases_and_prepared_relation_sets(tmp_path, capsys, monkeypatch):
+    from kinject.catalogue import dataset, prepared_cache
+    from kinject.tasks import prepare_chemprot
+
+    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.setenv("KINJECT_CACHE_DIR", str(tmp_path / "cache"))
+    data = tmp_path / "data"
+    for path in prepare_chemprot.raw_files(data):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    assert kinject("data", "list", "--data-dir", str(data)) == 0
+    out = capsys.readouterr().out
+    assert "raw present, prepared on first use" in _row(out, "chemprot")
+    assert "missing" in _row(out, "ddi") and "DDICorpus-2013.zip" in _row(out, "ddi")
+    cached = prepared_cache(dataset("chemprot"), tmp_path / "cache")  # what the first run writes
+    cached.mkdir(parents=True)
+    for split, n in (("train", 3), ("dev", 1), ("test", 2)):
+        (cached / f"{split}.jsonl").write_text("{}\n" * n)
+    (cached / "manifest.json").write_text("{}")
+    assert kinject("data", "list", "--data-dir", str(data)) == 0
+    row = _row(capsys.readouterr().out, "chemprot")
+    assert "prepared" in row and "raw present" not in row and "train 3" in row and "test 2" in row
+    shared = data / "ddi" / "prepared"  # `kinject data prepare ddi` output in the data dir
+    shared.mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        (shared / f"{split}.jsonl").write_text("{}\n{}\n")
+    assert kinject("data", "list", "--data-dir", str(data)) == 0
+    row = _row(capsys.readouterr().out, "ddi")
+    assert "prepared" in row and "train 2" in row
+
+
+def test_list_shows_a_task_plugin_that_fails_to_import(tmp_path, capsys, monkeypatch):
+    from helpers import fake_distribution
+    from kinject.registry import registry
+
+    monkeypatch.setenv("COLUMNS", "400")
+    root = fake_distribution(tmp_path / "site", "kinject-broken-task", """
+        [kinject.tasks]
+        brokentask = broken_task_module:Task
+        """, {"broken_task_module": 'raise ImportError("needs a missing thing")\n'})
+    monkeypatch.syspath_prepend(str(root))
+    registry("tasks").refresh()
+    try:
+        assert kinject("data", "list", "--data-dir", str(tmp_path)) == 0
+    finally:
+        monkeypatch.undo()
+        registry("tasks").refresh()
+    row = _row(capsys.readouterr().out, "task brokentask")
+    assert "broken" in row and "needs a missing thing" in row and "kinject-broken-task" in row

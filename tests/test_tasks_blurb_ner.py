@@ -10,7 +10,7 @@ import pytest
 
 from helpers import run_kinject as kinject
 from kinject.interfaces import Environment
-from kinject.tasking.token import decode, encode, spans, TokenClassificationTask
+from kinject.tasks.token import decode, encode, spans, TokenClassificationTask
 
 NER_DATA = {"ncbi-disease": ("ncbi_disease", (5424, 923, 940), 5134), "bc5chem": ("bc5cdr_chem", (4560, 4581, 4797), 5203),
             "bc5disease": ("bc5cdr_disease", (4560, 4581, 4797), 4182), "bc2gm": ("bc2gm", (12574, 2519, 5038), 15197),
@@ -26,6 +26,14 @@ def test_schemes_round_trip_and_io_merges_adjacent_entities():
     assert decode(encode(tags, "BIOUL"), "BIOUL") == bio
     assert decode(encode(tags, "BIO"), "BIO") == bio
     assert decode(encode(tags, "IO"), "IO") == ["B-X", "I-X", "O", "B-X", "I-X", "B-Y"]  # IO cannot split X X
+
+
+def test_decode_malformed_predictions_by_conlleval_rules():
+    # seqeval's chunking: an L-/I- that cannot continue an open entity of its type opens one; L closes
+    assert decode(["L-X", "I-X", "U-Y", "I-Y", "L-Y", "O", "I-X"], "BIOUL") == [
+        "B-X", "B-X", "B-Y", "B-Y", "I-Y", "O", "B-X"]
+    assert decode(["I-X", "B-X", "I-Y", "O"], "BIO") == ["B-X", "B-X", "B-Y", "O"]
+    assert decode(["I-X", "X", "B-"], "BIO") == ["B-X", "O", "O"]  # tags outside the scheme are O
 
 
 def test_windows_cover_every_word():

@@ -16,7 +16,7 @@ import pytest
 from kinject.errors import DataError, SpecError
 from kinject.interfaces import Environment
 from kinject.registry import registry
-from kinject.tasking.retrieval import read_queries
+from kinject.tasks.retrieval import read_queries
 from kinject.tasks import capr, prepare_medquad
 
 KINJECT = str(Path(sys.executable).parent / "kinject")
@@ -153,6 +153,8 @@ def test_medquad_candidates_hard_negatives_and_source_split(tmp_path):
 
 
 def test_hpo_default_and_zero_shot_settings(tmp_path, capr_dir):
+    from kinject.sources.hpo import iter_terms
+
     data = tmp_path / "nodata"
     env = env_for(tmp_path, data)
     task = registry("tasks").get("capr")()
@@ -160,13 +162,13 @@ def test_hpo_default_and_zero_shot_settings(tmp_path, capr_dir):
     assert "capr:hpo" in task.describe_data(env) and "hp.obo" in task.describe_data(env)
     test = task.queries("test", env)
     assert len(test) > 1000
-    terms = capr.read_obo(capr.hpo_obo_path())
+    terms = {term.id: term for term in iter_terms(capr.hpo_obo_path())}
     for query in test[:50]:
         assert len(query["candidates"]) == 20 and sum(c["relevant"] for c in query["candidates"]) == 1
         term = terms[query["qid"]]
-        assert query["query"] in [term["name"], *term["synonyms"]]
+        assert query["query"] in [term.name, *term.synonyms]
         pids = {c["pid"] for c in query["candidates"]}
-        assert set(p for p in term["parents"] if terms.get(p, {}).get("definition")) <= pids
+        assert set(p for p in term.parents if p in terms and terms[p].definition) <= pids
     with pytest.raises(SpecError, match="zero-shot"):
         registry("tasks").get("capr")(setting="zero-shot").train_dataset(env)
     zero = registry("tasks").get("capr")(dataset="jsonl", path=capr_dir, setting="zero-shot")

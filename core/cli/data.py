@@ -17,6 +17,8 @@ from typing import Any, Optional
 
 import typer
 
+from kinject.io import atomic_directory
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Datasets: list, prepare, download.")
 
 
@@ -37,41 +39,66 @@ def _writable(folder: Path, what: str) -> None:
                            f"use --data-dir DIR or KINJECT_DATA_DIR=DIR for runs")
 
 
-def status(info, data_dir: Path) -> tuple[str, dict[str, int] | None, str]:
-    """("present"|"missing"|"unreadable", split sizes or None, detail)."""
+RAW = "raw present, prepared on first use"
+COLOURS = {"present": "green", "prepared": "green", RAW: "cyan", "missing": "yellow"}
+
+
+def _line_counts(folder: Path, info) -> dict[str, int]:
+    return {split: sum(1 for _ in open(folder / Path(file).name, "rb")) for split, file in info.splits.items()
+            if (folder / Path(file).name).exists()}
+
+
+def status(info, data_dir: Path, cache_dir: Path | None = None) -> tuple[str, dict[str, int] | None, str]:
+    """(state, split sizes or None, detail); state: present | prepared (a ``prepared_on_use`` dataset whose
+    prepared files exist, in the data dir or the cache) | RAW (only its raw release is there) | missing |
+    unreadable."""
+    from kinject.catalogue import prepared_cache
     from kinject.errors import KinjectError
 
     folder = data_dir / info.folder
     missing = [f for f in dict.fromkeys(info.splits.values()) if not (folder / f).exists()]
-    if not info.splits or missing:
-        return "missing", None, f"no {', '.join(missing) or 'split files'} in {folder}"
-    if info.count is None:
-        return "present", None, str(folder)
+    state = "prepared" if info.prepared_on_use else "present"
     try:
-        return "present", info.count(folder), str(folder)
+        if info.splits and not missing:
+            return state, info.count(folder) if info.count else None, str(folder)
+        if info.prepared_on_use:
+            cached = prepared_cache(info, cache_dir) if cache_dir else None
+            if cached is not None and (cached / "manifest.json").exists():
+                return state, _line_counts(cached, info), str(cached)
+            raw = info.raw_files(data_dir) if info.raw_files else []
+            if raw and all(path.exists() for path in raw):
+                return RAW, None, f"{info.prepared_from or folder}: converted into the cache by the first run"
+            absent = next((path for path in raw if not path.exists()), None)
+            if absent is not None:
+                return "missing", None, f"no {absent}"
     except (KinjectError, OSError, ValueError) as exc:
         return "unreadable", None, str(exc)
+    return "missing", None, f"no {', '.join(missing) or 'split files'} in {folder}"
 
 
 @app.command("list")
 def list_datasets(data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Datasets folder")):
-    """Every dataset kinject knows, present or missing, with split sizes when present."""
+    """Every dataset kinject knows, present or missing, with split sizes when present; broken task plugins."""
     from rich.console import Console
     from rich.table import Table
 
-    from kinject.tasking.datasets import catalogue
+    from kinject.catalogue import catalogue
+    from kinject.spec import default_cache_dir
 
     root = _data_dir(data_dir)
     table = Table(title=f"datasets in {root}", title_justify="left")
     for col in ("name", "folder", "status", "splits", "how to get / description"):
         table.add_column(col, overflow="fold")
-    for name, info in catalogue().items():
-        state, sizes, detail = status(info, root)
+    broken: dict[str, str] = {}
+    for name, info in catalogue(broken).items():
+        state, sizes, detail = status(info, root, default_cache_dir())
         shown = " / ".join(f"{s} {n}" for s, n in sizes.items()) if sizes else ""
-        colour = {"present": "green", "missing": "yellow"}.get(state, "red")
-        note = info.description if state == "present" else (
-            f"{detail}; " + (f"prepare: kinject data prepare {name}" if info.prepare else info.how_to_get))
-        table.add_row(name, info.folder, f"[{colour}]{state}[/]", shown, note)
+        note = info.description if state in ("present", "prepared") else (
+            f"{detail}; " + (info.description if state == RAW else
+                             f"prepare: kinject data prepare {name}" if info.prepare else info.how_to_get))
+        table.add_row(name, info.folder, f"[{COLOURS.get(state, 'red')}]{state}[/]", shown, note)
+    for name, error in sorted(broken.items()):
+        table.add_row(f"task {name}", "", "[red]broken[/]", "", f"the task plugin does not load: {error}")
     Console().print(table)
 
 
@@ -116,17 +143,6 @@ def prepared_folder(info) -> Path:
     return Path(info.folder) / common
 
 
-def _replace_dir(tmp: Path, target: Path) -> None:
-    """Move ``tmp`` to ``target`` (an existing target is swapped out, then removed)."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        target.rename(old)
-    tmp.rename(target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _move_files(tmp: Path, target: Path) -> None:
     """Move every file the converter wrote into ``target`` (other files there, e.g. sources, stay)."""
     for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
@@ -144,7 +160,7 @@ def prepare(ctx: typer.Context, name: str = typer.Argument(..., help="Dataset na
     from rich.console import Console
 
     from kinject.errors import KinjectError
-    from kinject.tasking.datasets import dataset
+    from kinject.catalogue import dataset
 
     info = dataset(name)
     if info.prepare is None:
@@ -158,12 +174,9 @@ def prepare(ctx: typer.Context, name: str = typer.Argument(..., help="Dataset na
     target = (Path(output) if output else source) / prepared_folder(info)
     _writable(target.parent, f"output of 'kinject data prepare {name}'")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        result = info.prepare(data_dir=source, out=tmp, **options)
-        _move_files(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f".{target.name}.tmp-", dir=target.parent) as tmp:
+        result = info.prepare(data_dir=source, out=Path(tmp), **options)
+        _move_files(Path(tmp), target)  # file by file: other files in the target folder stay
     shown = f" {result}" if result else ""
     Console().print(f"prepared {name} -> {target}{shown}")
 
@@ -207,7 +220,7 @@ def download(name: str = typer.Argument(..., help="Dataset name (see `kinject da
     from rich.console import Console
 
     from kinject.errors import KinjectError
-    from kinject.tasking.datasets import dataset
+    from kinject.catalogue import dataset
 
     info = dataset(name)
     if not info.url:
@@ -217,10 +230,9 @@ def download(name: str = typer.Argument(..., help="Dataset name (see `kinject da
     if target.exists() and not force:
         raise KinjectError(f"{target} exists; pass --force to replace it")
     _writable(root, f"output of 'kinject data download {name}'")
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{info.folder}.tmp-", dir=root))
     console = Console(stderr=True)
-    try:
+    with atomic_directory(target, replace=force) as out:
+        tmp = out / ".download"
         if "{file}" in info.url:
             for relative in dict.fromkeys(info.splits.values()):
                 fetch(info.url.format(file=relative), tmp / info.folder / relative, info.file_sha256.get(relative))
@@ -242,7 +254,7 @@ def download(name: str = typer.Argument(..., help="Dataset name (see `kinject da
                 archive.rename(tmp / info.folder / archive.name)
         if not (tmp / info.folder).is_dir():
             raise KinjectError(f"{info.url}: the download holds no folder {info.folder!r}")
-        _replace_dir(tmp / info.folder, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for item in (tmp / info.folder).iterdir():
+            item.rename(out / item.name)
+        shutil.rmtree(tmp)
     Console().print(f"downloaded {name} -> {target}")

@@ -14,8 +14,8 @@ SOURCE_HELP = "A source name (triples, umls, hpo) or a path to a triples file / 
 SET_HELP = "Source option KEY=VALUE (e.g. path=..., min_relation_count=10000, on_bad_rows=skip)"
 
 
-def _load(source: str, sets: Optional[List[str]]):
-    from kinject.kg.partition import EntityGraph
+def _open(source: str, sets: Optional[List[str]], cache_dir: Optional[Path] = None):
+    """The checked triples source and its environment."""
     from kinject.sources.resolve import open_source
     from kinject.spec import default_data_dir, default_cache_dir
     from kinject.interfaces import Environment
@@ -25,10 +25,9 @@ def _load(source: str, sets: Optional[List[str]]):
         from kinject.errors import SpecError
 
         raise SpecError(f"SOURCE {source!r} is a {src.kind} source, not a knowledge graph")
-    env = Environment(data_dir=default_data_dir(), cache_dir=default_cache_dir())
+    env = Environment(data_dir=default_data_dir(), cache_dir=cache_dir or default_cache_dir())
     src.check(env)
-    graph = EntityGraph.from_triples(src.iter_triples(env))
-    return src, env, graph
+    return src, env
 
 
 @app.command()
@@ -40,10 +39,10 @@ def stats(source: str = typer.Argument(..., help=SOURCE_HELP),
     from rich.console import Console
     from rich.table import Table
 
-    from kinject.kg.partition import graph_stats
+    from kinject.kg.partition import stream_stats
 
-    src, _, graph = _load(source, sets)
-    result = graph_stats(graph, top=top)
+    src, env = _open(source, sets)
+    result = stream_stats(src.iter_triples(env), top=top)  # streamed: memory flat in the number of triples
     result["bad_rows_skipped"] = src.bad_rows.count
     if as_json:
         typer.echo(json.dumps(result, indent=1))
@@ -71,12 +70,13 @@ def partition(source: str = typer.Argument(..., help=SOURCE_HELP),
               shuffle: float = typer.Option(0.0, "--shuffle", help="Reassign this fraction of entities at random"),
               seed: int = typer.Option(0, help="Seed for METIS, --shuffle and the random baseline")):
     """METIS partition of the entity graph into K balanced parts; per-part triples and a report."""
-    from kinject.kg.partition import metis_parts, partition_report, shuffle_parts, write_partition
+    from kinject.kg.partition import EntityGraph, metis_parts, partition_report, shuffle_parts, write_partition
     from kinject.errors import DataError
 
     if output.exists() and any(output.iterdir()):
         raise DataError("output folder exists and is not empty", output)
-    _, _, graph = _load(source, sets)
+    src, env = _open(source, sets)
+    graph = EntityGraph.from_triples(src.iter_triples(env))
     parts = metis_parts(graph, k, seed)
     if shuffle:
         parts = shuffle_parts(parts, shuffle, seed)
@@ -98,17 +98,12 @@ def build(source: str = typer.Argument(..., help=SOURCE_HELP),
           limit: Optional[int] = typer.Option(None, min=1, help="Use at most N triples"),
           cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cache folder")):
     """Build (or find in the cache) the tokenized KG training sets of a source."""
-    from kinject.interfaces import Environment
     from kinject.kg.data import KGDataConfig, build_kg_data
     from kinject.models import load_tokenizer, resolve_model
-    from kinject.sources.resolve import open_source
-    from kinject.spec import default_cache_dir, default_data_dir
     from pydantic import ValidationError
     from kinject.errors import SpecError
 
-    src = open_source(source, sets)
-    env = Environment(data_dir=default_data_dir(), cache_dir=cache_dir or default_cache_dir())
-    src.check(env)
+    src, env = _open(source, sets, cache_dir)
     try:
         config = KGDataConfig(tasks=[t.strip() for t in tasks.split(",") if t.strip()], max_length=max_length,
                               num_proc=num_proc, max_triples=limit)

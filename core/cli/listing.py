@@ -7,6 +7,8 @@ import difflib
 from kinject.errors import KinjectError
 from kinject.registry import GROUPS, registry
 
+__kinject_fingerprint__ = False  # the command line
+
 KINDS = list(GROUPS)
 
 

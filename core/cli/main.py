@@ -13,8 +13,11 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kinject.registry import GROUPS, SINGULAR, registry
+
+__kinject_fingerprint__ = False  # the command line: no stage output depends on this module
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Inject domain knowledge into transformer language models, and compare the ways.")
@@ -92,6 +95,16 @@ def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, dat
     return build_spec(apply_overrides(data, sets or []))
 
 
+def _shown(value) -> str:
+    if isinstance(value, dict) and "mean" in value:
+        return f"{value['mean']:.4f} ± {value['std']:.4f} (n={value['n']})"
+    if isinstance(value, bool) or isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
 def _print_metrics(title: str, metrics: dict) -> None:
     from rich.table import Table
 
@@ -100,17 +113,36 @@ def _print_metrics(title: str, metrics: dict) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for split, values in metrics.items():
-        if split == "train" or not isinstance(values, dict):
+        if split in ("train", "comparison") or not isinstance(values, dict):
             continue
         for name, value in values.items():
-            if isinstance(value, dict) and "mean" in value:
-                shown = f"{value['mean']:.4f} ± {value['std']:.4f} (n={value['n']})"
-            elif isinstance(value, float):
-                shown = f"{value:.4f}"
-            else:
-                shown = str(value)
-            table.add_row(split, name, shown)
+            if isinstance(value, (dict, int, float)) and not isinstance(value, bool):
+                table.add_row(split, name, _shown(value))
     console.print(table)
+    comparison = metrics.get("comparison")
+    if isinstance(comparison, dict) and "difference" in comparison:
+        c = comparison
+        console.print(f"[bold]{c['other_name']} vs {c['baseline_name']}[/] on {c['split']} {c['metric']}: "
+                      f"{c['other']:.4f} vs {c['baseline']:.4f}, difference {c['difference']:+.4f} "
+                      f"({c['confidence']:.0%} paired bootstrap CI {c['ci_low']:+.4f} .. {c['ci_high']:+.4f}, "
+                      f"n={c['n']} examples)", soft_wrap=True)
+
+
+def _dry_run(run_ctx) -> None:
+    import yaml
+
+    from kinject import engine
+
+    resolved = engine.resolved_spec(run_ctx.spec, run_ctx.task, run_ctx.strategy, run_ctx.sources)
+    console.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False, highlight=False)
+    console.print(f"data: {run_ctx.task.describe_data(run_ctx.env)}", markup=False)
+    runs = [(name, member) for name, member, _ in run_ctx.members if member is not None] or [("", run_ctx)]
+    for prefix, run in runs:
+        for planned in engine.plan(run):
+            label = f"{prefix}/{planned.stage.name}" if prefix else planned.stage.name
+            state = "[green]cache hit[/]" if planned.cached else \
+                f"miss: {escape(engine.explain_miss(planned, run.env.cache_dir))}"
+            console.print(f"stage {escape(label):<24} {planned.key[:12]}  {state}", soft_wrap=True)
 
 
 @app.command()
@@ -126,47 +158,39 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
         data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Datasets folder"),
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Stage cache folder"),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted stage from its checkpoint"),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved spec and stages, run nothing"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved spec and stages (hit or miss, and "
+                                     "why a miss), run nothing"),
         debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
-    """Run a strategy on a task: cached stages, run.json, metrics.json, model/ (safetensors)."""
-    import json
-
-    import yaml
-
+    """Run a strategy on a task: cached stages, run.json, metrics.json, predictions/, model/ (safetensors)."""
     from kinject import engine
 
     spec = _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir)
     out = Path(spec.output) if spec.output else engine.default_output(spec)
-    run_ctx = engine.prepare(spec, resume=resume)
+    command = ["kinject", *sys.argv[1:]] if _ARGV is None else ["kinject", *_ARGV]
+    seeds = [spec.seed + i for i in range(repeats)]
+    runs = [engine.prepare(spec.model_copy(update={"seed": s}), resume=resume, command=command) for s in seeds]
     if dry_run:
-        resolved = engine.resolved_spec(spec, run_ctx.task, run_ctx.strategy, run_ctx.sources)
-        console.print(yaml.safe_dump(resolved, sort_keys=False).rstrip())
-        console.print(f"data: {run_ctx.task.describe_data(run_ctx.env)}")
-        for stage, key, _folder, cached in engine.plan(run_ctx):
-            console.print(f"stage {stage.name:<12} {key[:12]}  {'[green]cache hit[/]' if cached else 'miss'}")
+        _dry_run(runs[0])
         return
+    first = runs[0]
     console.print(f"[bold]{spec.strategy.name}[/] on [bold]{spec.task.name}[/] "
-                  f"(data: {run_ctx.task.describe_data(run_ctx.env)}, model: {spec.model.name}) -> {out}")
-    from kinject.interfaces import TaskGroup
-
-    if isinstance(run_ctx.task, TaskGroup):
-        summary = engine.execute_group(run_ctx, out)
-        console.print_json(data=summary)
-        return
+                  f"(data: {first.task.describe_data(first.env)}, model: {spec.model.name}"
+                  f"{f', seeds {seeds[0]}..{seeds[-1]}' if repeats > 1 else ''}) -> {out}")
     if repeats == 1:
-        metrics = engine.execute(run_ctx, out)
-        if engine.is_main_process():
+        metrics = engine.execute(first, out)
+        if not engine.is_main_process():
+            return
+        if first.members:
+            console.print_json(data=metrics)
+        else:
             _print_metrics(f"metrics ({out})", metrics)
         return
-    per_seed = {}
-    for i in range(repeats):
-        seed_spec = spec.model_copy(update={"seed": spec.seed + i})
-        per_seed[seed_spec.seed] = engine.execute(engine.prepare(seed_spec, resume=resume),
-                                                  out / f"seed-{seed_spec.seed}")
-    summary = engine.summarize_repeats(per_seed)
+    summary = engine.execute_repeats(runs, out)
     if engine.is_main_process():
-        (out / "metrics.json").write_text(json.dumps(summary, indent=2))
-        _print_metrics(f"mean ± std over {repeats} seeds ({out})", summary)
+        if first.members:
+            console.print_json(data=summary)
+        else:
+            _print_metrics(f"mean ± std over {repeats} seeds ({out})", summary)
 
 
 @app.command("eval")
@@ -175,7 +199,8 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
              sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a spec field: a.b=c"),
              data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
              limit: Optional[int] = typer.Option(None, min=1),
-             output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write metrics.json here"),
+             output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write metrics.json and "
+                                                   "predictions/ here"),
              debug: bool = typer.Option(False, "--debug")):
     """Evaluate a saved model on a task's dev and test splits."""
     import json
@@ -183,18 +208,21 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
 
     from kinject import engine
     from kinject.errors import KinjectError
-    from kinject.stages import evaluate_model
+    from kinject.stages import evaluate_model, write_predictions
 
     if not (model_dir / "config.json").exists():
         raise KinjectError(f"{model_dir}: not a model directory (no config.json)")
     spec = _spec_from_cli("finetune", task, str(model_dir), None, sets, None, None, limit, data_dir, None)
     run_ctx = engine.prepare(spec)
     with tempfile.TemporaryDirectory() as work:
-        metrics = evaluate_model(model_dir, run_ctx.task, run_ctx, spec.training, spec.model.max_length,
-                                 spec.seed, Path(work))
+        metrics, records = evaluate_model(model_dir, run_ctx.task, run_ctx.env, spec.training.eval_batch_size,
+                                          spec.model.max_length, Path(work),
+                                          tuple(spec.training.eval_splits) if spec.training.eval_splits else None,
+                                          spec.model.attn_implementation)
     if output:
         output.mkdir(parents=True, exist_ok=True)
         (output / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        write_predictions(records, output / "predictions")
     _print_metrics(f"{model_dir} on {task}", metrics)
 
 
@@ -254,29 +282,54 @@ def doctor():
 
 
 def _add_command_plugins() -> None:
+    """Sub-command groups from ``kinject.commands``; a group that fails to import stays visible and says why."""
     for ep in entry_points(group="kinject.commands"):
         try:
             sub = ep.load()
-        except Exception:  # reported by `kinject doctor`
+        except Exception as exc:  # noqa: BLE001 - shown when the command is used, and by `kinject doctor`
+            dist = f"{ep.dist.metadata['Name']} {ep.dist.version}" if ep.dist else "?"
+            _add_broken_command(ep.name, f"command {ep.name!r} from {dist} failed to import: "
+                                         f"{type(exc).__name__}: {exc}")
             continue
         app.add_typer(sub, name=ep.name)
+
+
+def _add_broken_command(name: str, message: str) -> None:
+    from kinject.errors import PluginLoadError
+
+    @app.command(name, help=f"[broken] {message}", add_help_option=False,
+                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def fail(ctx: typer.Context):
+        raise PluginLoadError(message)
+
+
+_NOISY_WARNINGS = (  # third-party warnings that say nothing to a kinject user
+    r"mtime may not be reliable",
+    r".*`resume_download` is deprecated",
+    r".*TRANSFORMERS_CACHE",
+)
+_ARGV: list[str] | None = None
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app; user errors -> one line on stderr, exit code 2."""
     import logging
+    import warnings
 
     from kinject.errors import KinjectError
 
+    global _ARGV
     argv = list(sys.argv[1:] if argv is None else argv)
+    _ARGV = argv
     debug = "--debug" in argv
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("kinject").setLevel(logging.INFO)
+    logging.captureWarnings(True)  # warnings go to the log (console and kinject.log), each once
     if not debug:
         import os
-        import warnings
 
-        warnings.filterwarnings("ignore")
+        for pattern in _NOISY_WARNINGS:
+            warnings.filterwarnings("ignore", message=pattern)
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     _add_command_plugins()
     try:
@@ -284,5 +337,5 @@ def main(argv: list[str] | None = None) -> None:
     except KinjectError as exc:
         if debug:
             raise
-        err_console.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)

@@ -7,7 +7,8 @@ from typing import Any, Literal, Sequence
 import numpy as np
 from pydantic import Field
 
-from kinject.evaluators.scores import softmax
+from kinject.evaluators import undefined
+from kinject.evaluators.scores import score_matrix, softmax
 from kinject.interfaces import Evaluator, PluginConfig
 
 
@@ -15,12 +16,13 @@ def expected_calibration_error(confidence: np.ndarray, correct: np.ndarray, bins
     """sum_m |B_m|/n * |acc(B_m) - conf(B_m)| over ``bins`` equal-width confidence bins (0, 1/M], ...
 
     A confidence exactly on an edge goes to the lower bin (bin m holds (m/M, (m+1)/M]); 0 joins the first.
+    No examples: NaN (with a warning).
     """
     confidence = np.asarray(confidence, dtype=float)
     correct = np.asarray(correct, dtype=float)
     n = confidence.size
     if n == 0:
-        return 0.0
+        return undefined("ece", "no examples")
     index = np.clip(np.ceil(confidence * bins).astype(int) - 1, 0, bins - 1)
     total = 0.0
     for m in range(bins):
@@ -44,13 +46,7 @@ class ECE(Evaluator):
 
     def compute(self, references, predictions, scores=None, labels: Sequence[str] | None = None,
                 **kwargs: Any) -> dict[str, float]:
-        if scores is None:
-            raise ValueError("ece needs the model's scores (scores=...)")
-        scores = np.asarray(scores, dtype=float)
-        if scores.ndim == 1:
-            scores = scores[:, None]
-        if scores.shape[0] != len(references):
-            raise ValueError(f"{len(references)} references but {scores.shape[0]} score rows")
+        scores = score_matrix(scores, len(references), "ece")
         if scores.shape[1] == 1:  # binary, one sigmoid output
             p = scores[:, 0] if self.config.inputs == "probabilities" else 1 / (1 + np.exp(-scores[:, 0]))
             probs = np.stack([1 - p, p], axis=1)

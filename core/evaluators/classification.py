@@ -6,6 +6,7 @@ from typing import Any, Literal, Sequence
 
 from pydantic import Field
 
+from kinject.evaluators import undefined
 from kinject.interfaces import Evaluator, PluginConfig
 
 
@@ -22,9 +23,11 @@ class Accuracy(Evaluator):
     def compute(self, references, predictions, **kwargs) -> dict[str, float]:
         from sklearn.metrics import accuracy_score
 
+        if not len(references):
+            return {"accuracy": undefined("accuracy", "no examples")}
         if _is_multilabel(references):
             return {"accuracy": float(sum(set(r) == set(p) for r, p in zip(references, predictions))
-                                      / max(len(references), 1))}
+                                      / len(references))}
         return {"accuracy": float(accuracy_score(references, predictions))}
 
 
@@ -44,6 +47,8 @@ class F1(Evaluator):
 
         cfg = self.config
         key = cfg.name or f"f1_{cfg.average}"
+        if not len(references):
+            return {key: undefined("f1", "no examples")}
         if _is_multilabel(references):
             classes = sorted(set(labels or []) | {x for r in references for x in r} | {x for p in predictions for x in p})
             mlb = MultiLabelBinarizer(classes=classes)

@@ -7,11 +7,13 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
+from kinject.evaluators import undefined
 from kinject.interfaces import Evaluator, PluginConfig
 
 
 class Pearson(Evaluator):
-    """Pearson correlation between reference and predicted scores (0.0 when either side is constant)."""
+    """Pearson correlation between reference and predicted scores (NaN with a warning when undefined: fewer
+    than two pairs, or either side constant)."""
 
     class Config(PluginConfig):
         name: str = Field("pearson", description="Metric key.")
@@ -23,6 +25,9 @@ class Pearson(Evaluator):
         p = np.asarray(predictions, dtype=float).reshape(-1)
         if y.shape != p.shape:
             raise ValueError(f"{y.size} references but {p.size} predictions")
-        if y.size < 2 or np.ptp(y) == 0 or np.ptp(p) == 0:
-            return {self.config.name: 0.0}  # undefined; a constant predictor explains nothing
+        if y.size < 2:
+            return {self.config.name: undefined("pearson", f"{y.size} pair(s)")}
+        if np.ptp(y) == 0 or np.ptp(p) == 0:
+            side = "references" if np.ptp(y) == 0 else "predictions"
+            return {self.config.name: undefined("pearson", f"constant {side}")}
         return {self.config.name: float(pearsonr(y, p)[0])}

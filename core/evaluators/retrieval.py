@@ -9,7 +9,8 @@ Two input forms (both give the same numbers):
 
 Ties are broken pessimistically: a relevant candidate is ranked below every non-relevant one with
 the same score, so a constant scorer earns no credit. Queries without any relevant candidate are
-left out (their number is reported as ``<metric>_queries_skipped``).
+left out (their number is reported as ``<metric>_queries_skipped``); with none left, the metrics are NaN
+(with a warning).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import Field
 
+from kinject.evaluators import undefined
 from kinject.interfaces import Evaluator, PluginConfig
 
 
@@ -79,7 +81,9 @@ class RecallAtK(Evaluator):
 
     def compute(self, references, predictions, groups: Sequence | None = None, **kwargs: Any) -> dict[str, float]:
         ranked, skipped = _ranked(references, predictions, groups)
-        out = {f"recall@{k}": (sum(float((r <= k).mean()) for r in ranked) / len(ranked) if ranked else 0.0)
+        if not ranked:
+            value = undefined("recall@k", f"no query with a relevant candidate ({skipped} skipped)")
+        out = {f"recall@{k}": (sum(float((r <= k).mean()) for r in ranked) / len(ranked) if ranked else value)
                for k in self.config.ks}
         out["recall_queries_skipped"] = float(skipped)
         return out
@@ -93,5 +97,6 @@ class MRR(Evaluator):
 
     def compute(self, references, predictions, groups: Sequence | None = None, **kwargs: Any) -> dict[str, float]:
         ranked, skipped = _ranked(references, predictions, groups)
-        value = sum(1.0 / r.min() for r in ranked) / len(ranked) if ranked else 0.0
+        value = (sum(1.0 / r.min() for r in ranked) / len(ranked) if ranked else
+                 undefined("mrr", f"no query with a relevant candidate ({skipped} skipped)"))
         return {self.config.name: value, f"{self.config.name}_queries_skipped": float(skipped)}

@@ -7,7 +7,20 @@ from typing import Any, Literal, Sequence
 import numpy as np
 from pydantic import Field
 
+from kinject.evaluators import undefined
 from kinject.interfaces import Evaluator, PluginConfig
+
+
+def score_matrix(scores: Any, rows: int, metric: str) -> np.ndarray:
+    """``scores`` as a 2-D float array with one row per reference (a 1-D array is one column)."""
+    if scores is None:
+        raise ValueError(f"{metric} needs the model's scores (scores=...)")
+    scores = np.asarray(scores, dtype=float)
+    if scores.ndim == 1:
+        scores = scores[:, None]
+    if scores.shape[0] != rows:
+        raise ValueError(f"{rows} references but {scores.shape[0]} score rows")
+    return scores
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
@@ -22,7 +35,8 @@ class AUROC(Evaluator):
     Needs ``scores=`` (logits or probabilities, one column per entry of ``labels=``; a single column
     is the positive class of a binary task). Multi-label: one AUROC per label with both classes in the
     references (labels without positives are skipped and counted in ``auroc_skipped``), then averaged
-    (macro) or support-weighted (weighted). Binary: every average equals the plain AUROC.
+    (macro) or support-weighted (weighted). Binary: every average equals the plain AUROC. Undefined (no
+    references, one class only): NaN with a warning.
     """
 
     class Config(PluginConfig):
@@ -34,13 +48,9 @@ class AUROC(Evaluator):
                 **kwargs: Any) -> dict[str, float]:
         from sklearn.metrics import roc_auc_score
 
-        if scores is None:
-            raise ValueError("auroc needs the model's scores (scores=...)")
-        scores = np.asarray(scores, dtype=float)
-        if scores.ndim == 1:
-            scores = scores[:, None]
-        if len(references) != scores.shape[0]:
-            raise ValueError(f"{len(references)} references but {scores.shape[0]} score rows")
+        scores = score_matrix(scores, len(references), "auroc")
+        if not len(references):
+            return self._undefined("no references")
         multilabel = bool(references) and isinstance(references[0], (list, tuple, set, frozenset))
         labels = list(labels) if labels else sorted({x for r in references for x in (r if multilabel else [r])})
         out: dict[str, float] = {}
@@ -49,7 +59,7 @@ class AUROC(Evaluator):
             keep = [j for j in range(y.shape[1]) if 0 < y[:, j].sum() < len(y)]
             out["auroc_skipped"] = float(y.shape[1] - len(keep))
             if not keep:
-                return {**{f"auroc_{a}": 0.0 for a in self.config.averages}, **out}
+                return {**self._undefined("no label has both classes in the references"), **out}
             for average in self.config.averages:
                 out[f"auroc_{average}"] = float(roc_auc_score(y[:, keep], scores[:, keep], average=average))
             return out
@@ -59,7 +69,9 @@ class AUROC(Evaluator):
             column = scores[:, -1] if scores.shape[1] == 1 else scores[:, labels.index(positive)] - \
                 scores[:, 1 - labels.index(positive)]
             y = np.array([r == positive for r in references], dtype=int)
-            value = float(roc_auc_score(y, column)) if 0 < y.sum() < len(y) else 0.0
+            if not 0 < y.sum() < len(y):
+                return self._undefined(f"the references hold one class only ({references[0]!r})")
+            value = float(roc_auc_score(y, column))
             return {f"auroc_{a}": value for a in self.config.averages}
         probs = scores if np.allclose(scores.sum(axis=1), 1.0) and (scores >= 0).all() else softmax(scores)
         for average in self.config.averages:
@@ -70,3 +82,7 @@ class AUROC(Evaluator):
                 out[f"auroc_{average}"] = float(roc_auc_score(references, probs, multi_class="ovr", average=average,
                                                               labels=labels))
         return out
+
+    def _undefined(self, why: str) -> dict[str, float]:
+        value = undefined("auroc", why)
+        return {f"auroc_{a}": value for a in self.config.averages}

@@ -6,6 +6,7 @@ from typing import Any, Literal, Sequence
 
 from pydantic import Field
 
+from kinject.evaluators import undefined
 from kinject.interfaces import Evaluator, PluginConfig
 
 
@@ -36,12 +37,15 @@ class EntityF1(Evaluator):
         references = [list(r) for r in references]
         predictions = [list(p) for p in predictions]
         _check_aligned(references, predictions)
+        p = self.config.prefix
+        if not any(references):
+            value = undefined("entity-f1", "no tagged words")
+            return {f"{p}f1": value, f"{p}precision": value, f"{p}recall": value}
         options: dict[str, Any] = {"zero_division": 0}
         if self.config.mode == "strict":
             from seqeval import scheme
 
             options.update(mode="strict", scheme=getattr(scheme, self.config.scheme))
-        p = self.config.prefix
         return {f"{p}f1": float(f1_score(references, predictions, **options)),
                 f"{p}precision": float(precision_score(references, predictions, **options)),
                 f"{p}recall": float(recall_score(references, predictions, **options))}
@@ -76,10 +80,13 @@ class PicoWordF1(Evaluator):
         out: dict[str, float] = {}
         gold = [_elements_of(x) for doc in references for x in doc]
         pred = [_elements_of(x) for doc in predictions for x in doc]
+        if not gold or not self.config.elements:
+            value = undefined("pico-f1", "no words" if not gold else "no elements configured")
+            return {self.config.name: value, **{f"{self.config.name}_{e}": value for e in self.config.elements}}
         for element in self.config.elements:
             y_true = [element in g for g in gold]
             y_pred = [element in p for p in pred]
             out[f"{self.config.name}_{element}"] = float(f1_score(y_true, y_pred, zero_division=0))
         per = [out[f"{self.config.name}_{e}"] for e in self.config.elements]
-        out[self.config.name] = float(sum(per) / len(per)) if per else 0.0
+        out[self.config.name] = float(sum(per) / len(per))
         return out

@@ -6,6 +6,8 @@ import logging
 
 from kinject.hooks.specs import hookimpl
 
+__kinject_fingerprint__ = False  # observers: computes nothing a stage writes
+
 log = logging.getLogger("kinject")
 
 

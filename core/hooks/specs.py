@@ -7,6 +7,8 @@ from typing import Any
 
 import pluggy
 
+__kinject_fingerprint__ = False  # observers: computes nothing a stage writes
+
 hookspec = pluggy.HookspecMarker("kinject")
 hookimpl = pluggy.HookimplMarker("kinject")
 

@@ -4,17 +4,14 @@
 entity and relation vocabularies stay in memory), tokenizes each distinct entity and relation text once
 (batched fast tokenizer, optionally several processes), assembles every sequence with vectorised numpy
 and writes memory-mapped Arrow files into ``<cache>/kg/<key>/`` where key = hash(source fingerprint +
-filters + tokenizer + config). It is written to a temporary folder and renamed, so a failure (bad input)
-leaves no cache behind.
+filters + tokenizer + config). It is written with :func:`kinject.io.atomic_directory`, so a failure (bad
+input) leaves no cache behind.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kinject.errors import DataError, KinjectError, SpecError
 from kinject.interfaces import Environment, KnowledgeSource
+from kinject.io import atomic_directory
+from kinject.kg.intern import Vocab, intern_triples
 from kinject.kg.batching import (IGNORE, KGCollator, length_grouped_batches, lengths_of,  # noqa: F401 (contract)
                                  useful_token_fraction)
 
@@ -84,32 +83,18 @@ def cache_key(source: KnowledgeSource, env: Environment, tokenizer, config: KGDa
 
 # -- pass 1: intern the triples, ids to disk ---------------------------------------------------- #
 def _intern(source: KnowledgeSource, env: Environment, out: Path, cap: int | None):
-    entities: dict[str, int] = {}
-    relations: dict[str, int] = {}
-    files = {name: open(out / f"{name}.bin", "wb") for name in ("h", "r", "t", "w")}
-    bufs = {"h": array("i"), "r": array("i"), "t": array("i"), "w": array("f")}
+    vocab = Vocab()
     n = 0
+    files = {name: open(out / f"{name}.bin", "wb") for name in "hrtw"}
     try:
-        for triple in source.iter_triples(env):
-            h = entities.setdefault(triple.head, len(entities))
-            t = entities.setdefault(triple.tail, len(entities))
-            bufs["h"].append(h)
-            bufs["t"].append(t)
-            bufs["r"].append(relations.setdefault(triple.relation, len(relations)))
-            bufs["w"].append(triple.weight)
-            n += 1
-            if len(bufs["h"]) >= 1_000_000:
-                for k, b in bufs.items():
-                    b.tofile(files[k])
-                    del b[:]
-            if cap is not None and n >= cap:
-                break
-        for k, b in bufs.items():
-            b.tofile(files[k])
+        for chunk in intern_triples(source.iter_triples(env), vocab, cap=cap):
+            for name, values in zip("hrtw", chunk):
+                values.tofile(files[name])
+            n += len(chunk[0])
     finally:
         for f in files.values():
             f.close()
-    return list(entities), list(relations), n
+    return list(vocab.entities), list(vocab.relations), n
 
 
 def _tokenize(texts: list[str], tokenizer, cap: int, num_proc: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -266,11 +251,7 @@ def build_kg_data(source: KnowledgeSource, env: Environment, tokenizer, config: 
     if node_cap < 1:
         raise SpecError(f"max_length={config.max_length} leaves no room for entity tokens")
     cls_id, sep_id, mask_id = (_special(tokenizer, n) for n in ("cls", "sep", "mask"))
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_directory(folder) as tmp:  # another process finishing the same key first wins
         cap = min(x for x in (config.max_triples, env.limit, 2**62) if x is not None)
         entities, relations, n = _intern(source, env, tmp, cap)
         if n == 0:
@@ -330,13 +311,6 @@ def build_kg_data(source: KnowledgeSource, env: Environment, tokenizer, config: 
             (tmp / f"{x}.bin").unlink()
         (tmp / "meta.json").write_text(json.dumps({"key": key, "relations": relations, "stats": stats,
                                                    "tasks": list(config.tasks)}, indent=1))
-        try:
-            tmp.rename(folder)
-        except OSError:  # another process finished the same key first
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return load_kg_data(folder, cached=False)
 
 

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from array import array
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -15,6 +11,8 @@ import numpy as np
 
 from kinject.errors import DataError, SpecError
 from kinject.interfaces import Triple
+from kinject.io import atomic_directory
+from kinject.kg.intern import Vocab, intern_triples
 
 
 @dataclass
@@ -29,15 +27,11 @@ class EntityGraph:
 
     @classmethod
     def from_triples(cls, triples: Iterable[Triple]) -> "EntityGraph":
-        ents: dict[str, int] = {}
-        rels: dict[str, int] = {}
-        h, r, t = array("i"), array("i"), array("i")
-        for triple in triples:
-            h.append(ents.setdefault(triple.head, len(ents)))
-            t.append(ents.setdefault(triple.tail, len(ents)))
-            r.append(rels.setdefault(triple.relation, len(rels)))
-        return cls(list(ents), list(rels), np.frombuffer(h, np.int32), np.frombuffer(r, np.int32),
-                   np.frombuffer(t, np.int32))
+        vocab = Vocab()
+        chunks = list(intern_triples(triples, vocab))
+        h, r, t = (np.concatenate([np.frombuffer(c[i], np.int32) for c in chunks]) if chunks
+                   else np.zeros(0, np.int32) for i in range(3))
+        return cls(list(vocab.entities), list(vocab.relations), h, r, t)
 
     def undirected_edges(self) -> tuple[np.ndarray, np.ndarray]:
         """Unique undirected edges (u < v), self-loops dropped."""
@@ -60,15 +54,38 @@ class EntityGraph:
 
 
 def graph_stats(graph: EntityGraph, top: int = 20) -> dict:
-    """Entities, relations, triples, per-relation counts, degree distribution."""
+    """Entities, relations, triples, per-relation counts, degree distribution of an interned graph."""
     n = len(graph.entities)
     degree = np.bincount(graph.head, minlength=n) + np.bincount(graph.tail, minlength=n)
-    rel_counts = Counter(dict(zip(graph.relations, np.bincount(graph.relation, minlength=len(graph.relations))
-                                  .tolist())))
+    counts = np.bincount(graph.relation, minlength=len(graph.relations))
+    return _summary(graph.relations, counts, degree, int(len(graph.head)), top)
+
+
+def stream_stats(triples: Iterable[Triple], top: int = 20, chunk: int = 65_536) -> dict:
+    """:func:`graph_stats` of a triple stream without holding its edges: memory grows with the number of
+    entities and relations, not of triples."""
+    vocab = Vocab()
+    degree = np.zeros(0, np.int64)
+    counts = np.zeros(0, np.int64)
+    rows = 0
+    for h, r, t, _ in intern_triples(triples, vocab, chunk=chunk):
+        n = len(vocab.entities)
+        degree = np.pad(degree, (0, n - len(degree)))
+        degree += np.bincount(np.frombuffer(h, np.int32), minlength=n)
+        degree += np.bincount(np.frombuffer(t, np.int32), minlength=n)
+        counts = np.pad(counts, (0, len(vocab.relations) - len(counts)))
+        counts += np.bincount(np.frombuffer(r, np.int32), minlength=len(counts))
+        rows += len(h)
+    return _summary(list(vocab.relations), counts, degree, rows, top)
+
+
+def _summary(relations: list[str], counts: np.ndarray, degree: np.ndarray, triples: int, top: int) -> dict:
+    n = len(degree)
+    order = sorted(range(len(relations)), key=lambda i: -int(counts[i]))[:top]  # stable: first seen first
     qs = [0.5, 0.9, 0.99]
     return {
-        "entities": n, "relations": len(graph.relations), "triples": int(len(graph.head)),
-        "relation_counts": dict(rel_counts.most_common(top)),
+        "entities": n, "relations": len(relations), "triples": triples,
+        "relation_counts": {relations[i]: int(counts[i]) for i in order},
         "degree": {"min": int(degree.min()) if n else 0, "mean": float(degree.mean()) if n else 0.0,
                    **{f"p{int(q * 100)}": float(np.quantile(degree, q)) if n else 0.0 for q in qs},
                    "max": int(degree.max()) if n else 0},
@@ -143,10 +160,7 @@ def write_partition(graph: EntityGraph, parts: np.ndarray, report: dict, output:
     output = Path(output)
     if output.exists() and any(output.iterdir()):
         raise DataError("output folder exists and is not empty", output)
-    tmp = output.with_name(f"{output.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_directory(output, replace=True) as tmp:  # replaces at most an empty folder
         handles = [open(tmp / f"part-{i}.tsv", "w", encoding="utf-8") for i in range(report["k"])]
         ph, pt = parts[graph.head], parts[graph.tail]
         for i in np.flatnonzero(ph == pt):
@@ -158,9 +172,3 @@ def write_partition(graph: EntityGraph, parts: np.ndarray, report: dict, output:
             for name, part in zip(graph.entities, parts.tolist()):
                 handle.write(f"{name}\t{part}\n")
         (tmp / "report.json").write_text(json.dumps(report, indent=1))
-        if output.exists():
-            output.rmdir()
-        tmp.rename(output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

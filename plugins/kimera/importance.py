@@ -105,6 +105,12 @@ def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, me
         raw, logits = score_heads(model, batches, problem_type, mask)
         value = float(metric(logits))
         importance = normalize_importance(raw)
+        if search is None and not np.isfinite(value):
+            from kinject.errors import KinjectError
+
+            raise KinjectError(f"KIMERA mask search: the search metric is {value} on the scoring examples of the "
+                               "unmasked model (undefined, e.g. one class only); choose another search_metric or "
+                               "more score_examples")
         if search is None:
             search = MaskSearch(mask=mask.clone(), baseline=value, first_importance=importance)
         ok = value >= tau * search.baseline

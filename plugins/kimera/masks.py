@@ -25,8 +25,10 @@ from .gating import HeadLayout, head_layout
 
 def save_masks(path: Path, **masks) -> None:
     """Write named (L, H) masks/score tables as JSON lists."""
+    from kinject.io import atomic_write_text
+
     data = {name: (value.tolist() if hasattr(value, "tolist") else value) for name, value in masks.items()}
-    Path(path).write_text(json.dumps(data, indent=1))
+    atomic_write_text(Path(path), json.dumps(data, indent=1))
 
 
 def load_mask(path: Path, name: str, shape: tuple[int, int] | None = None) -> torch.Tensor:

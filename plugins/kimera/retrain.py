@@ -76,44 +76,43 @@ class KGMultiTaskModel(nn.Module):
         return {"loss": self.alphas[kind] * loss, "logits": logits}
 
 
-class KGBatchDataset(torch.utils.data.Dataset):
-    """The KG task datasets side by side; item i is a row of one task, tagged with its task id."""
+class TaggedDataset(torch.utils.data.Dataset):
+    """A KG task's rows, each tagged with the task id (the collator turns it into the batch's ``task``)."""
+
+    def __init__(self, dataset: Any, task: str):
+        self.dataset, self.task_id = dataset, TASK_ID[task]
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> dict:
+        return {**self.dataset[index], "task": self.task_id}
+
+
+class KGBatchDataset(torch.utils.data.ConcatDataset):
+    """The non-empty KG task datasets side by side (in KG_TASKS order); ``offsets[name]`` is where a task's
+    rows start."""
 
     def __init__(self, datasets: dict[str, Any]):
         self.names = [n for n in KG_TASKS if n in datasets and len(datasets[n])]
-        self.datasets = datasets
-        self.offsets, total = {}, 0
-        for name in self.names:
-            self.offsets[name] = total
-            total += len(datasets[name])
-        self.total = total
-
-    def __len__(self) -> int:
-        return self.total
-
-    def locate(self, index: int) -> tuple[str, int]:
-        for name in reversed(self.names):
-            if index >= self.offsets[name]:
-                return name, index - self.offsets[name]
-        raise IndexError(index)
-
-    def __getitem__(self, index: int) -> dict:
-        name, row = self.locate(index)
-        item = dict(self.datasets[name][row])
-        item["task"] = TASK_ID[name]
-        return item
+        super().__init__([TaggedDataset(datasets[n], n) for n in self.names])
+        self.offsets = dict(zip(self.names, [0, *self.cumulative_sizes[:-1]]))
+        self.tasks = {n: datasets[n] for n in self.names}
 
 
 class MultiTaskBatchSampler:
     """Batches of one task each (length-grouped within the task), shuffled across tasks every epoch.
 
-    ``batches_of(dataset, batch_size, seed)`` yields index lists for one task (kinject.kg.data's
-    length-grouped batching); a task whose alpha is 0 is left out.
+    ``batches_of(lengths, batch_size, seed)`` yields index lists for one task (kinject.kg.batching's
+    length_grouped_batches); a task whose alpha is 0 is left out.
     """
 
     def __init__(self, data: KGBatchDataset, batch_size: int, seed: int, alphas: dict[str, float], batches_of):
+        from kinject.kg.batching import lengths_of
+
         self.data, self.batch_size, self.seed, self.batches_of = data, batch_size, seed, batches_of
         self.tasks = [n for n in data.names if alphas.get(n, 1.0) > 0]
+        self.lengths = {n: lengths_of(data.tasks[n]) for n in self.tasks}
         self.epoch = 0
         self._cache = self._plan(0)
 
@@ -121,7 +120,7 @@ class MultiTaskBatchSampler:
         plan = []
         for name in self.tasks:
             offset = self.data.offsets[name]
-            for batch in self.batches_of(self.data.datasets[name], self.batch_size, self.seed + epoch):
+            for batch in self.batches_of(self.lengths[name], self.batch_size, self.seed + epoch):
                 plan.append([offset + int(i) for i in batch])
         random.Random(self.seed * 1000 + epoch).shuffle(plan)
         return plan
@@ -137,12 +136,12 @@ class MultiTaskBatchSampler:
 
 
 class TaskCollator:
-    """kinject.kg.data's KGCollator (dynamic padding) plus the batch's task id."""
+    """kinject.kg.batching's KGCollator (dynamic padding) plus the batch's task id."""
 
-    def __init__(self, pad_token_id: int):
-        from kinject.kg.data import KGCollator
+    def __init__(self, tokenizer):
+        from kinject.kg.batching import KGCollator
 
-        self.inner = KGCollator(pad_token_id)
+        self.inner = KGCollator(tokenizer)
 
     def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
         batch = self.inner(list(features))
@@ -192,6 +191,8 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
         frozen = freeze_non_attention(model, encoder)
         log.info("kimera retrain: %d non-attention encoder parameters frozen", frozen)
     data = KGBatchDataset(datasets)
+    if batches_of is None:
+        from kinject.kg.batching import length_grouped_batches as batches_of
     sampler = MultiTaskBatchSampler(data, training.batch_size, seed, model.alphas, batches_of)
     if not len(sampler):
         from kinject.errors import KinjectError
@@ -203,7 +204,7 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
     args = training_arguments(training, work, seed, group_by_length=False, remove_unused_columns=False,
                               ddp_find_unused_parameters=True, label_names=["labels"])
     trainer = kg_trainer_class()(model=model, args=args, train_dataset=data, batch_sampler=sampler,
-                                 data_collator=TaskCollator(tokenizer.pad_token_id),
+                                 data_collator=TaskCollator(tokenizer),
                                  update_scaler=scaler)
     from kinject.training import last_checkpoint
 
@@ -220,5 +221,5 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
     stats = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     stats["global_step"] = float(trainer.state.global_step)
     stats["batches_per_epoch"] = float(len(sampler))
-    stats.update({f"kg_rows_{n}": float(len(datasets[n])) for n in data.names})
+    stats.update({f"kg_rows_{n}": float(len(data.tasks[n])) for n in data.names})
     return stats

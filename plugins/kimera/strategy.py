@@ -1,239 +1,130 @@
 """The `kimera` strategy: head importance and mask -> KG retraining under the mask -> fine-tune -> evaluate.
 
-Stages (each cached): ``finetune`` (phase 1, shared with the finetune baseline), ``kimera-mask-<kind>``
-(importance + iterative mask search), ``kimera-retrain`` (multi-task KG training from the pre-trained
-model), ``kimera-finetune`` + ``kimera-evaluate`` (phase 3), ``kimera-analysis`` (heatmaps, table 3).
-Baselines in the same plugin: ``variant: finetune`` and ``variant: pruned`` (the hard mask's heads
-physically removed with ``prune_heads`` — the pruning is in config.json, so it survives save/load —
-then fine-tuned and evaluated).
+Stages (each cached, each a declared config + module-level body in :mod:`.stages`): ``finetune`` +
+``evaluate`` (phase 1, shared with the finetune baseline and evaluated as the baseline), ``kimera-mask-<kind>``
+(importance + iterative mask search), ``kimera-retrain`` (multi-task KG training from the pre-trained model),
+``kimera-finetune`` + ``kimera-evaluate`` (phase 3), ``kimera-analysis`` (heatmaps, table 3) and
+``kimera-compare`` (KIMERA vs the phase-1 baseline, paired over the same test examples). Baselines in the
+same plugin: ``variant: finetune`` and ``variant: pruned`` (the hard mask's heads physically removed with
+``prune_heads``, then fine-tuned and evaluated).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
+from pathlib import Path
 from typing import ClassVar
 
 from kinject.errors import SpecError
 from kinject.interfaces import Stage, Strategy
 
 from .config import KimeraConfig
-
-log = logging.getLogger("kinject")
-
-
-def _task_model(path, head, attn: str):
-    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
-
-    from kinject.models import offline
-
-    cls = AutoModelForTokenClassification if head.kind == "token" else AutoModelForSequenceClassification
-    return cls.from_pretrained(str(path), local_files_only=offline(), attn_implementation=attn)
-
-
-def scoring_set(run, cfg: KimeraConfig, tokenizer):
-    """(split, examples, features, batches) of the importance scoring set; retrieval groups kept whole."""
-    task = run.task
-    split = cfg.score_split or task.eval_splits[0]
-    examples = task.examples(split, run.env)
-    chosen, groups = [], set()
-    for ex in examples:
-        group = ex.get("group")
-        if len(chosen) >= cfg.score_examples and (group is None or group not in groups):
-            break
-        chosen.append(ex)
-        groups.add(group)
-    features = task.featurize(tokenizer, chosen, run.spec.model.max_length, run.env)
-    collator = task.collator(tokenizer)
-    batches = [collator(features[i:i + cfg.score_batch_size]) for i in range(0, len(features), cfg.score_batch_size)]
-    batches = [{k: v for k, v in dict(b).items() if k in ("input_ids", "attention_mask", "token_type_ids", "labels")}
-               for b in batches]
-    return split, chosen, features, batches
+from .stages import (AnalysisConfig, MaskConfig, PrunedConfig, RetrainConfig, ScoringConfig, analysis_body,
+                     mask_body, pruned_body, retrain_body)
 
 
 class KimeraStrategy(Strategy):
     """KIMERA: retrain the attention heads a task needs least on KG triples, then fine-tune (+ baselines)."""
 
     Config: ClassVar = KimeraConfig
+    consumes: ClassVar[frozenset[str]] = frozenset({"triples"})
 
-    # -- stage builders ------------------------------------------------------------------------ #
-    def _scoring_config(self, run) -> dict:
-        cfg = self.config
-        return {"score_split": cfg.score_split, "score_examples": cfg.score_examples,
-                "score_batch_size": cfg.score_batch_size, "search_metric": cfg.search_metric or run.task.selection_metric(),
-                "max_length": run.spec.model.max_length, "attn": run.spec.model.attn_implementation}
-
-    def mask_stage(self, run, kind: str) -> Stage:
-        from kinject.stages import task_fingerprint
-
-        cfg = self.config
-        config = {"kind": kind, "tau": cfg.tau, "rho": cfg.rho, "max_rounds": cfg.max_rounds,
-                  "task": task_fingerprint(run.task, run.env), "finetuned_model": cfg.finetuned_model,
-                  **self._scoring_config(run)}
-
-        def fn(ctx) -> None:
-            from kinject.models import load_tokenizer
-
-            from .importance import search_mask
-            from .masks import save_masks
-
-            model_dir = cfg.finetuned_model or ctx.inputs["finetune"] / "model"
-            tokenizer = load_tokenizer(str(model_dir))
-            model = _task_model(model_dir, run.task.head(run.env), run.spec.model.attn_implementation)
-            split, examples, features, batches = scoring_set(run, cfg, tokenizer)
-            name = config["search_metric"]
-
-            def metric(logits) -> float:
-                scores = run.task.score(split, examples, features, logits, run.env)
-                if name not in scores:
-                    raise SpecError(f"strategy.search_metric: task {run.task.name!r} reports no {name!r} "
-                                    f"(has: {', '.join(scores)})")
-                return scores[name]
-
-            result = search_mask(model, batches, run.task.head(run.env).problem_type, metric, cfg.rho, cfg.tau,
-                                 soft=kind == "soft", max_rounds=cfg.max_rounds)
-            save_masks(ctx.out / "masks.json", **{kind: result.mask, "importance": result.first_importance})
-            summary = {"kind": kind, "metric": name, "split": split, "examples": len(features),
-                       "baseline": result.baseline, "rounds": result.rounds,
-                       "masked_heads": int((result.mask < 1).sum()), "heads": int(result.mask.numel())}
-            (ctx.out / "search.json").write_text(json.dumps(summary, indent=2))
-
-        inputs = () if cfg.finetuned_model else ("finetune",)
-        return Stage(name=f"kimera-mask-{kind}", fn=fn, config=config, inputs=inputs, version="1",
-                     artifacts=("masks.json", "search.json"))
-
-    def retrain_stage(self, run, mask: str, forward: bool, scratch: bool) -> Stage:
-        cfg = self.config
+    # -- validation (runs in prepare, before any stage) ----------------------------------------- #
+    def validate(self, run) -> None:
+        super().validate(run)
         if len(run.sources) > 1:
             raise SpecError("sources: KIMERA retrains on one knowledge graph; merge the graphs into one "
                             f"`triples` source (got {len(run.sources)} sources)")
-        source = run.sources[0] if run.sources else None
-        if source is not None and getattr(source, "kind", "triples") != "triples":
-            raise SpecError(f"sources.0: KIMERA needs a knowledge graph (triples), {source.name!r} is a "
-                            f"{source.kind} source")
-        if source is None:
+        cfg = self.config
+        if cfg.finetuned_model and not (Path(cfg.finetuned_model) / "config.json").exists():
+            raise SpecError(f"strategy.finetuned_model: {cfg.finetuned_model} is not a model directory")
+        if cfg.variant == "finetune" or cfg.settings()[0] == "none" and cfg.variant != "pruned":
+            return
+        split = cfg.score_split or run.task.eval_splits[0]
+        if split not in (*run.task.eval_splits, run.task.train_split):
+            raise SpecError(f"strategy.score_split: task {run.task.name!r} has no split {split!r}")
+        from kinject.stages import probe_metric_names
+
+        names = probe_metric_names(run.task, run.env, run.model_ref())
+        metric = cfg.search_metric or run.task.selection_metric()
+        if metric not in names:
+            raise SpecError(f"strategy.search_metric: task {run.task.name!r} reports no {metric!r} "
+                            f"(has: {', '.join(names)})")
+
+    # -- stage builders ------------------------------------------------------------------------ #
+    def _scoring(self, run) -> ScoringConfig:
+        cfg = self.config
+        return ScoringConfig(task=run.task_ref(), split=cfg.score_split or run.task.eval_splits[0],
+                             examples=cfg.score_examples, batch_size=cfg.score_batch_size,
+                             metric=cfg.search_metric or run.task.selection_metric(),
+                             max_length=run.spec.model.max_length, attn=run.spec.model.attn_implementation)
+
+    def mask_stage(self, run, kind: str) -> Stage:
+        from kinject.refs import ModelRef, model_fingerprint
+
+        cfg = self.config
+        given = None
+        if cfg.finetuned_model:
+            path = str(Path(cfg.finetuned_model).resolve())
+            given = ModelRef(name=cfg.finetuned_model, fingerprint=model_fingerprint(path, path, None), path=path)
+        config = MaskConfig(kind=kind, tau=cfg.tau, rho=cfg.rho, max_rounds=cfg.max_rounds, scoring=self._scoring(run),
+                            finetuned_model=given)
+        return Stage(name=f"kimera-mask-{kind}", body=mask_body, config=config,
+                     inputs=() if given else ("finetune",), artifacts=("masks.json", "search.json"))
+
+    def retrain_stage(self, run, mask: str, forward: bool, scratch: bool) -> Stage:
+        from kinject.refs import SourceRef
+
+        cfg = self.config
+        if run.sources:
+            source = run.source_refs()[0]
+        else:
             from kinject.sources.hpo import default_source
 
-            source = default_source(self.config.kg_max_triples)
-            source.check(run.env)
-        env = dataclasses.replace(run.env, limit=None)  # the KG size is kg_max_triples, not --limit
-        config = {"model": run.spec.model.model_dump(), "seed": run.spec.seed, "mask": mask, "forward_mask": forward,
-                  "from_scratch": scratch, "source": {"name": source.name, "fingerprint": source.fingerprint(env)},
-                  **{k: v for k, v in cfg.model_dump(mode="json").items() if k.startswith("kg_")},
-                  "alphas": cfg.alphas.model_dump(), "pooling": cfg.pooling, "other_params": cfg.other_params,
-                  "weight_decay": run.spec.training.weight_decay, "warmup_ratio": run.spec.training.warmup_ratio}
-
-        def fn(ctx) -> None:
-            import torch
-            from transformers import AutoConfig, AutoModel
-
-            from kinject.engine import is_main_process
-            from kinject.kg.data import KGDataConfig, build_kg_data, length_grouped_batches
-            from kinject.models import load_tokenizer, offline
-            from kinject.spec import TrainingSpec
-            from kinject.stages import save_model
-
-            from .masks import load_mask
-            from .retrain import KG_TASKS, retrain
-
-            tokenizer = load_tokenizer(run.model_path)
-            attn = run.spec.model.attn_implementation
-            if scratch:
-                torch.manual_seed(run.spec.seed)
-                encoder = AutoModel.from_config(AutoConfig.from_pretrained(run.model_path), attn_implementation=attn)
-            else:
-                encoder = AutoModel.from_pretrained(run.model_path, local_files_only=offline(),
-                                                    attn_implementation=attn)
-            alphas = cfg.alphas.model_dump()
-            tasks = [t for t in KG_TASKS if alphas[t] > 0]
-            kg = build_kg_data(source, env, tokenizer, KGDataConfig(
-                tasks=tasks, max_length=cfg.kg_max_length, max_triples=cfg.kg_max_triples,
-                negatives_seed=run.spec.seed))
-            if len(kg.relations) < 2 and "relation" in tasks:  # one relation: nothing to predict
-                log.warning("kimera: the KG has %d relation type(s); relation prediction disabled", len(kg.relations))
-                alphas["relation"] = 0.0
-                tasks.remove("relation")
-            head_mask = None
-            if mask != "none":
-                stage = f"kimera-mask-{mask}"
-                layers, heads = encoder.config.num_hidden_layers, encoder.config.num_attention_heads
-                head_mask = load_mask(ctx.inputs[stage] / "masks.json", mask, (layers, heads))
-            training = TrainingSpec(epochs=1, max_steps=cfg.kg_steps, learning_rate=cfg.kg_learning_rate,
-                                    batch_size=cfg.kg_batch_size, weight_decay=run.spec.training.weight_decay,
-                                    warmup_ratio=run.spec.training.warmup_ratio, group_by_length=False,
-                                    save_steps=max(cfg.kg_steps // 2, 1), logging_steps=max(cfg.kg_steps // 10, 1),
-                                    bf16=run.spec.training.bf16)
-            stats = retrain(encoder, tokenizer, {t: getattr(kg, t) for t in tasks}, len(kg.relations), training,
-                            ctx.work, run.spec.seed, mask=head_mask, forward_mask=forward,
-                            other_params=cfg.other_params, pooling=cfg.pooling, alphas=alphas,
-                            batches_of=length_grouped_batches, resume=ctx.resume)
-            stats["kg"] = kg.stats
-            if is_main_process():
-                save_model(encoder, tokenizer, ctx.out / "model")
-                (ctx.out / "retrain.json").write_text(json.dumps(stats, indent=2, default=str))
-
-        inputs = (f"kimera-mask-{mask}",) if mask != "none" else ()
-        return Stage(name="kimera-retrain", fn=fn, config=config, inputs=inputs, produces_model=True)
+            built = default_source(cfg.kg_max_triples)
+            built.check(run.env)
+            source = SourceRef.of(built, dataclasses.replace(run.env, limit=None))
+        training = run.spec.training
+        config = RetrainConfig(
+            model=run.model_ref(), seed=run.spec.seed, mask=mask, forward_mask=forward, from_scratch=scratch,
+            source=source, kg={k: v for k, v in cfg.model_dump(mode="json").items() if k.startswith("kg_")},
+            alphas=cfg.alphas.model_dump(), pooling=cfg.pooling, other_params=cfg.other_params,
+            weight_decay=training.weight_decay, warmup_ratio=training.warmup_ratio, bf16=training.bf16)
+        return Stage(name="kimera-retrain", body=retrain_body, config=config,
+                     inputs=(f"kimera-mask-{mask}",) if mask != "none" else (), produces_model=True)
 
     def pruned_encoder_stage(self, run) -> Stage:
-        def fn(ctx) -> None:
-            from transformers import AutoModel
-
-            from kinject.models import load_tokenizer, offline
-            from kinject.stages import save_model
-
-            from .masks import load_mask, prune_by_mask
-
-            encoder = AutoModel.from_pretrained(run.model_path, local_files_only=offline())
-            shape = (encoder.config.num_hidden_layers, encoder.config.num_attention_heads)
-            plan = prune_by_mask(encoder, load_mask(ctx.inputs["kimera-mask-hard"] / "masks.json", "hard", shape))
-            save_model(encoder, load_tokenizer(run.model_path), ctx.out / "model")
-            (ctx.out / "pruned.json").write_text(json.dumps({str(k): v for k, v in plan.items()}, indent=2))
-
-        return Stage(name="kimera-pruned-encoder", fn=fn, config={"model": run.spec.model.model_dump()},
+        return Stage(name="kimera-pruned-encoder", body=pruned_body, config=PrunedConfig(model=run.model_ref()),
                      inputs=("kimera-mask-hard",), produces_model=True)
 
     def analysis_stage(self, run, kind: str) -> Stage:
-        cfg = self.config
-
-        def fn(ctx) -> None:
-            from kinject.models import load_tokenizer
-
-            from .analysis import write_analysis
-            from .importance import normalize_importance, score_heads
-            from .masks import load_mask
-
-            model_dir = ctx.inputs["kimera-finetune"] / "model"
-            tokenizer = load_tokenizer(str(model_dir))
-            model = _task_model(model_dir, run.task.head(run.env), run.spec.model.attn_implementation)
-            _, _, _, batches = scoring_set(run, cfg, tokenizer)
-            raw, _ = score_heads(model, batches, run.task.head(run.env).problem_type)
-            masks_file = ctx.inputs[f"kimera-mask-{kind}"] / "masks.json"
-            mask = load_mask(masks_file, kind)
-            before = load_mask(masks_file, "importance", tuple(mask.shape))
-            write_analysis(ctx.out, mask, before, normalize_importance(raw), kind)
-
-        return Stage(name="kimera-analysis", fn=fn, config=self._scoring_config(run),
+        return Stage(name="kimera-analysis", body=analysis_body, config=AnalysisConfig(kind=kind,
+                                                                                        scoring=self._scoring(run)),
                      inputs=(f"kimera-mask-{kind}", "kimera-finetune"), artifacts=("analysis.json", "plots"))
 
     # -- the pipeline --------------------------------------------------------------------------- #
     def stages(self, run) -> list[Stage]:
-        from kinject.stages import evaluate_stage, finetune_stage
+        from kinject.stages import compare_stage, evaluate_stage, finetune_stage
 
         cfg = self.config
         if cfg.variant == "finetune":
             return [finetune_stage(run), evaluate_stage(run, "finetune")]
-        phase1 = [] if cfg.finetuned_model else [finetune_stage(run)]
+        phase1 = [] if cfg.finetuned_model else [finetune_stage(run), evaluate_stage(run, "finetune", export=False)]
         if cfg.variant == "pruned":
-            return [*phase1, self.mask_stage(run, "hard"), self.pruned_encoder_stage(run),
-                    finetune_stage(run, "kimera-pruned-finetune", init_from="kimera-pruned-encoder"),
-                    evaluate_stage(run, "kimera-pruned-finetune", name="kimera-pruned-evaluate")]
-        mask, forward, scratch = cfg.settings()
-        stages = [*phase1, self.mask_stage(run, mask)] if mask != "none" else []
-        stages += [self.retrain_stage(run, mask, forward, scratch),
-                   finetune_stage(run, "kimera-finetune", init_from="kimera-retrain"),
-                   evaluate_stage(run, "kimera-finetune", name="kimera-evaluate")]
-        if cfg.analysis and mask != "none":
-            stages.append(self.analysis_stage(run, mask))
+            stages = [*phase1, self.mask_stage(run, "hard"), self.pruned_encoder_stage(run),
+                      finetune_stage(run, "kimera-pruned-finetune", init_from="kimera-pruned-encoder"),
+                      evaluate_stage(run, "kimera-pruned-finetune", name="kimera-pruned-evaluate")]
+            final = "kimera-pruned-evaluate"
+        else:
+            mask, forward, scratch = cfg.settings()
+            stages = [*phase1, self.mask_stage(run, mask)] if mask != "none" else list(phase1)
+            stages += [self.retrain_stage(run, mask, forward, scratch),
+                       finetune_stage(run, "kimera-finetune", init_from="kimera-retrain"),
+                       evaluate_stage(run, "kimera-finetune", name="kimera-evaluate")]
+            if cfg.analysis and mask != "none":
+                stages.append(self.analysis_stage(run, mask))
+            final = "kimera-evaluate"
+        if phase1:
+            stages.append(compare_stage(run, baseline="evaluate", other=final, name="kimera-compare",
+                                        labels=("finetune", f"kimera-{cfg.variant}")))
         return stages

@@ -90,7 +90,7 @@ def _print_summary(console, summary: dict) -> None:
                 shown.append("-")
                 continue
             delta = "" if stats["delta"] is None else f" ({stats['delta']:+.3f})"
-            spread = f" ± {stats['std']:.3f}" if stats["std"] is not None else f" (n={stats['n']})"
+            spread = f" ± {stats['std']:.3f}" if stats["n"] > 1 else f" (n={stats['n']})"
             shown.append(f"{stats['mean']:.3f}{spread}{delta}")
         table.add_row(f"{label} ({row['metric']})", *shown)
     console.print(table)

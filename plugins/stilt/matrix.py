@@ -16,8 +16,6 @@ import copy
 import csv
 import json
 import logging
-import os
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any, Callable
 import yaml
 
 from kinject.errors import SpecError
+from kinject.io import atomic_file, atomic_write_text
 
 log = logging.getLogger("kinject")
 BASELINE = "baseline"
@@ -127,10 +126,7 @@ def _spec_hash(spec) -> str:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(data, indent=2, default=str))
 
 
 def _load_cell(path: Path, spec_hash: str) -> dict | None:
@@ -225,31 +221,31 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
     return result
 
 
-def _stats(values: list[float]) -> dict[str, Any]:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else None,
-            "n": len(values), "values": values}
-
-
 def summarize(records: list[dict], targets: list[TaskDef], intermediates: list[TaskDef],
               scored: dict[str, tuple[str, str]], seeds: int, base: dict[str, Any]) -> dict[str, Any]:
-    """mean, std (ddof 1), n per cell; delta = cell mean - the target's baseline mean."""
-    grouped: dict[tuple[str, str], list[float]] = {}
+    """mean, std (ddof 1; 0.0 for one seed), n per cell (kinject.results.summarize_seeds); delta = cell
+    mean - the target's baseline mean."""
+    from kinject.results import summarize_seeds
+
+    per_cell: dict[tuple[str, str], dict[int, dict]] = {}
     for record in records:
-        grouped.setdefault((record["target"], record["intermediate"]), []).append(record["value"])
+        per_cell.setdefault((record["target"], record["intermediate"]), {})[record["seed"]] = {
+            "cell": {"value": record["value"]}}
+
+    def cell(target: str, column: str) -> dict | None:
+        seeds = per_cell.get((target, column))
+        return summarize_seeds(seeds)["cell"]["value"] if seeds else None  # None: the target itself / not run
+
     rows: dict[str, Any] = {}
     for target in targets:
         split_name, metric = scored[target.label]
         row: dict[str, Any] = {"split": split_name, "metric": metric, "cells": {}}
-        base_values = grouped.get((target.label, BASELINE))
-        baseline = _stats(base_values) if base_values else None
+        baseline = cell(target.label, BASELINE)
         row["cells"][BASELINE] = baseline and {**baseline, "delta": None}
         for inter in intermediates:
-            values = grouped.get((target.label, inter.label))
-            if not values:
-                row["cells"][inter.label] = None  # the target itself, or not run
-                continue
-            stats = _stats(values)
-            stats["delta"] = stats["mean"] - baseline["mean"] if baseline else None
+            stats = cell(target.label, inter.label)
+            if stats is not None:
+                stats["delta"] = stats["mean"] - baseline["mean"] if baseline else None
             row["cells"][inter.label] = stats
         rows[target.label] = row
     return {"model": (base.get("model") or {}).get("name", "minilm"), "seeds": seeds,
@@ -262,8 +258,7 @@ def write_outputs(summary: dict[str, Any], output: Path) -> dict[str, Path]:
     output.mkdir(parents=True, exist_ok=True)
     files = {"json": output / "matrix.json", "csv": output / "matrix.csv", "png": output / "matrix.png"}
     _write_json(files["json"], summary)
-    tmp = files["csv"].with_name(f".matrix.csv.tmp-{os.getpid()}")
-    with open(tmp, "w", newline="", encoding="utf-8") as handle:
+    with atomic_file(files["csv"]) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["target", "intermediate", "split", "metric", "n", "mean", "std", "delta"])
         for target, row in summary["rows"].items():
@@ -271,10 +266,9 @@ def write_outputs(summary: dict[str, Any], output: Path) -> dict[str, Path]:
                 if stats is None:
                     continue
                 delta = "" if stats["delta"] is None else f"{stats['delta']:.6f}"
-                std = "" if stats["std"] is None else f"{stats['std']:.6f}"
+                std = f"{stats['std']:.6f}" if stats["n"] > 1 else ""
                 writer.writerow([target, column, row["split"], row["metric"], stats["n"],
                                  f"{stats['mean']:.6f}", std, delta])
-    tmp.replace(files["csv"])
     heatmap(summary, files["png"])
     return files
 
@@ -308,7 +302,7 @@ def heatmap(summary: dict[str, Any], path: Path) -> None:
         for j, column in enumerate(columns):
             stats = row["cells"].get(column)
             text = "-" if stats is None else f"{stats['mean']:.3f}\n" + (
-                f"±{stats['std']:.3f}" if stats["std"] is not None else f"(n={stats['n']})")
+                f"±{stats['std']:.3f}" if stats["n"] > 1 else f"(n={stats['n']})")
             ax.text(j, i, text, ha="center", va="center", fontsize=8)
     ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
     ax.set_yticks(range(len(rows)), [f"{label}\n({row['split']} {row['metric']})" for label, row in rows.items()])
@@ -318,6 +312,5 @@ def heatmap(summary: dict[str, Any], path: Path) -> None:
     seeds = f"{min(done)}-{max(done)}" if done and min(done) != max(done) else str(max(done, default=0))
     ax.set_title(f"STILT, {summary['model']}, mean ± std over {seeds} of {summary['seeds']} seed(s)", fontsize=10)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=120)
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")

@@ -52,18 +52,21 @@ class StiltStrategy(Strategy):
             build_intermediate_task(spec, f"strategy.intermediate.{i}")
             for i, spec in enumerate(self.config.intermediate)]
 
+    def validate(self, run) -> None:
+        super().validate(run)
+        for i, task in enumerate(self.intermediate_tasks):
+            try:
+                task.prepare_data(run.env)
+            except DataError as exc:
+                kind = DataMissingError if isinstance(exc, DataMissingError) else DataError
+                raise kind(f"strategy.intermediate.{i} ({task.name}): {exc.reason}", exc.path, exc.line) from None
+
     def stages(self, run) -> list[Stage]:
         from kinject.stages import evaluate_stage, finetune_stage
 
         stages: list[Stage] = []
         previous: str | None = None
         for i, (spec, task) in enumerate(zip(self.config.intermediate, self.intermediate_tasks)):
-            try:
-                task.check(run.env)
-            except DataError as exc:
-                kind = DataMissingError if isinstance(exc, DataMissingError) else DataError
-                raise kind(f"strategy.intermediate.{i} ({task.name}): {exc.reason}", exc.path,
-                                exc.line) from None
             training = intermediate_training(run.spec.training, self.config.training, spec.training)
             name = stage_name(i, task)
             stages.append(finetune_stage(run, name=name, init_from=previous, task=task, training=training))

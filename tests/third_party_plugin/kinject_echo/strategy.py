@@ -1,14 +1,28 @@
-"""A strategy from outside kinject: fine-tunes with the encoder's embeddings frozen, then evaluates."""
+"""A strategy from outside kinject: fine-tunes like the baseline and leaves a note, then evaluates.
+
+It shows how a third party extends a built-in stage under the declared-stage contract: subclass the stage's
+config (the new field is then part of the cache key) and wrap its module-level body.
+"""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from kinject.interfaces import PluginConfig, Stage, Strategy
+from kinject.stages import FinetuneConfig, finetune_body
+
+
+class EchoFinetuneConfig(FinetuneConfig):
+    note: str
+
+
+def echo_finetune_body(cfg: EchoFinetuneConfig, ctx) -> None:
+    (ctx.out / "note.txt").write_text(cfg.note)
+    finetune_body(cfg, ctx)
 
 
 class EchoStrategy(Strategy):
-    """Fine-tune with frozen embeddings (a third-party example strategy)."""
+    """Fine-tune and leave a note (a third-party example strategy)."""
 
     class Config(PluginConfig):
         note: str = Field("hello", description="Written into the stage output, to prove config reaches stages.")
@@ -16,11 +30,7 @@ class EchoStrategy(Strategy):
     def stages(self, run):
         from kinject.stages import evaluate_stage, finetune_stage
 
-        base = finetune_stage(run, name="finetune", extra_config={"note": self.config.note})
-        inner = base.fn
-
-        def fn(ctx):
-            (ctx.out / "note.txt").write_text(self.config.note)
-            inner(ctx)
-
-        return [Stage(name=base.name, fn=fn, config=base.config, produces_model=True), evaluate_stage(run)]
+        base = finetune_stage(run)
+        config = EchoFinetuneConfig(**dict(base.config), note=self.config.note)
+        return [Stage(name=base.name, body=echo_finetune_body, config=config, produces_model=True),
+                evaluate_stage(run)]

@@ -20,28 +20,29 @@ from pydantic import Field
 
 from kinject.errors import DataError
 from kinject.interfaces import Environment, Head, Task
-from kinject.tasking.datasets import DatasetInfo, split_file
+from kinject.catalogue import DatasetInfo, split_file
 from kinject.io import iter_lines, read_tsv
-from kinject.tasking.sequence import MetricRef, SequenceTaskConfig, evaluate_all
+from kinject.tasks.sequence import MetricRef, SequenceTaskConfig, evaluate_all, unit_ids
 
 Scheme = Literal["BIO", "IO", "BIOUL"]
 PREFIXES: dict[str, tuple[str, ...]] = {"IO": ("I",), "BIO": ("B", "I"), "BIOUL": ("B", "I", "L", "U")}
+_SEQEVAL_PREFIX = {"BIOUL": {"L": "E", "U": "S"}}  # seqeval names BIOUL's last/unit tags E/S (IOBES)
 
 
 # -- tag schemes --------------------------------------------------------------------------------- #
-def spans(tags: list[str]) -> list[tuple[int, int, str]]:
-    """(start, end, type) of the entities of a BIO sequence, conlleval rules (I-X after O starts one)."""
-    out: list[tuple[int, int, str]] = []
-    start, kind = None, None
-    for i, tag in enumerate(list(tags) + ["O"]):
+def spans(tags: list[str], scheme: str = "BIO") -> list[tuple[int, int, str]]:
+    """(start, end, type) of the entities of a ``scheme`` sequence by seqeval's chunking (conlleval rules:
+    an I-X that cannot continue an open X entity starts one; IO: a run of I-X is one entity; BIOUL: U-X is
+    a one-word entity, L-X closes one). Tags outside the scheme count as O."""
+    from seqeval.metrics.sequence_labeling import get_entities
+
+    rename = _SEQEVAL_PREFIX.get(scheme, {})
+    allowed = PREFIXES.get(scheme, ("B", "I"))
+    norm = []
+    for tag in tags:
         prefix, _, typ = tag.partition("-")
-        continues = prefix == "I" and start is not None and typ == kind
-        if start is not None and not continues:
-            out.append((start, i, kind))
-            start, kind = None, None
-        if prefix in ("B", "I") and not continues:
-            start, kind = i, typ
-    return out
+        norm.append(f"{rename.get(prefix, prefix)}-{typ}" if prefix in allowed and typ else "O")
+    return [(start, end + 1, typ) for typ, start, end in get_entities(norm)]
 
 
 def encode(tags: list[str], scheme: str) -> list[str]:
@@ -61,19 +62,10 @@ def encode(tags: list[str], scheme: str) -> list[str]:
 
 
 def decode(tags: list[str], scheme: str) -> list[str]:
-    """Predicted ``scheme`` tags -> BIO. IO: a run of I-X is one entity; BIOUL: U-X is B-X, L-X closes.
-
-    An I-/L- tag that cannot continue an open entity of its type opens a new one (conlleval rules).
-    """
-    out, open_type = [], None
-    for tag in tags:
-        prefix, _, typ = tag.partition("-")
-        if prefix not in ("B", "I", "L", "U") or not typ:
-            out.append("O")
-            open_type = None
-            continue
-        out.append(f"I-{typ}" if prefix in ("I", "L") and open_type == typ else f"B-{typ}")
-        open_type = None if scheme == "BIOUL" and prefix in ("L", "U") else typ
+    """Predicted ``scheme`` tags -> BIO, through :func:`spans` (seqeval's chunking)."""
+    out = ["O"] * len(tags)
+    for start, end, typ in spans(tags, scheme):
+        out[start:end] = [f"B-{typ}"] + [f"I-{typ}"] * (end - start - 1)
     return out
 
 
@@ -271,3 +263,10 @@ class TokenClassificationTask(Task):
         predicted = self.predicted_tags(examples, features, predictions, env)
         gold = [encode(ex["tags"], "BIO") for ex in examples]
         return evaluate_all(self.metric_refs(), gold, predicted, labels=self.labels(env))
+
+    def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,
+                    env: Environment) -> list[dict]:
+        """One record per sentence: ``id``, ``gold`` and ``pred`` BIO tags, one per word (as scored)."""
+        predicted = self.predicted_tags(examples, features, predictions, env)
+        return [{"id": i, "gold": encode(ex["tags"], "BIO"), "pred": tags}
+                for i, ex, tags in zip(unit_ids(split, examples), examples, predicted)]

@@ -34,6 +34,19 @@ def evaluate_all(metric_refs: list[MetricRef], references: list, predictions: li
     return out
 
 
+def unit_ids(split: str, examples: list[dict], key: str = "id") -> list[str]:
+    """Stable, unique ids of evaluation units: ``example[key]`` when set, else ``<split>-<index>``; a repeated
+    id gets ``#<k>`` appended (its k-th repeat), so records can be paired across runs."""
+    seen: dict[str, int] = {}
+    out = []
+    for i, ex in enumerate(examples):
+        base = str(ex[key]) if ex.get(key) is not None else f"{split}-{i}"
+        k = seen.get(base, 0)
+        seen[base] = k + 1
+        out.append(base if k == 0 else f"{base}#{k}")
+    return out
+
+
 class SequenceClassificationTask(Task):
     """Base for classification of a text or a text pair (subclasses implement ``examples``).
 
@@ -130,3 +143,15 @@ class SequenceClassificationTask(Task):
         decoded = self.decode(predictions, env)
         return evaluate_all(self.metric_refs(), references, decoded, labels=self.labels(env),
                             scores=predictions)
+
+    def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,
+                    env: Environment) -> list[dict]:
+        """One record per example: ``id``, ``gold`` and ``pred`` (label names; lists when multi-label; floats for
+        regression) and, for classification, ``scores`` (the logits, in the order of ``head(env).labels``)."""
+        logits = np.asarray(predictions, dtype=float)
+        decoded = self.decode(logits, env)
+        ids = unit_ids(split, examples)
+        if self.problem_type == "regression":
+            return [{"id": i, "gold": float(ex["label"]), "pred": p} for i, ex, p in zip(ids, examples, decoded)]
+        return [{"id": i, "gold": ex["label"], "pred": p, "scores": row.tolist()}
+                for i, ex, p, row in zip(ids, examples, decoded, logits.reshape(len(examples), -1))]

@@ -27,7 +27,10 @@ class DatasetInfo:
     file_sha256: dict[str, str] = field(default_factory=dict)  # url has "{file}": sha256 per fetched file
     prepare: Callable[..., None] | None = None  # prepare(data_dir: Path, **options) -> None
     prepared_from: str = ""  # what `prepare` reads (for messages)
-    count: Callable[[Path], dict[str, int]] | None = None  # split sizes when present
+    count: Callable[[Path], dict[str, int]] | None = None  # split sizes when present (given the folder)
+    raw_files: Callable[[Path], list[Path]] | None = None  # the files `prepare` reads (given the data dir)
+    prepared_on_use: bool = False  # tasks run `prepare` themselves on first use, into the cache
+    prepare_version: str = "1"  # bump when `prepare`'s output changes (a new cache folder)
 
 
 _CATALOGUE: dict[str, DatasetInfo] = {}
@@ -38,16 +41,22 @@ def register_dataset(info: DatasetInfo) -> DatasetInfo:
     return info
 
 
-def catalogue() -> dict[str, DatasetInfo]:
-    """Every registered dataset (imports the task plugins first so they can register)."""
+def catalogue(errors: dict[str, str] | None = None) -> dict[str, DatasetInfo]:
+    """Every registered dataset (imports the task plugins first so they can register). A task plugin that
+    fails to import is recorded in ``errors`` (task name -> error text) when given."""
     from kinject.registry import registry
 
-    for name in registry("tasks").names():
-        try:
-            registry("tasks").get(name)
-        except KinjectError:
-            continue
+    tasks = registry("tasks")
+    for name in tasks.names():
+        problem = tasks.check(name)
+        if problem and errors is not None:
+            errors[name] = problem
     return dict(sorted(_CATALOGUE.items()))
+
+
+def prepared_cache(info: DatasetInfo, cache_dir: Path) -> Path:
+    """Where a ``prepared_on_use`` dataset is converted to on first use: <cache>/prepared/<name>-v<version>."""
+    return Path(cache_dir) / "prepared" / f"{info.name}-v{info.prepare_version}"
 
 
 def dataset(name: str) -> DatasetInfo:

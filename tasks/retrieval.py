@@ -22,8 +22,8 @@ from pydantic import Field
 
 from kinject.errors import DataError
 from kinject.interfaces import Environment, Head
-from kinject.io import read_jsonl
-from kinject.tasking.sequence import SequenceClassificationTask, SequenceTaskConfig, evaluate_all
+from kinject.io import read_jsonl, text_field
+from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig, evaluate_all
 
 LABELS = ("irrelevant", "relevant")
 
@@ -47,8 +47,7 @@ def parse_query(row: dict, path: Path | str, line: int) -> dict:
             raise DataError(f"missing field {key!r} (schema: qid, query, candidates[pid, text, relevant])",
                             path, line)
     candidates = row["candidates"]
-    if not isinstance(row["query"], str) or not row["query"].strip():
-        raise DataError("'query' must be a non-empty string", path, line)
+    qid, query = text_field(row, "qid", path, line), text_field(row, "query", path, line)
     if not isinstance(candidates, list) or not candidates:
         raise DataError("'candidates' must be a non-empty list", path, line)
     out = []
@@ -58,10 +57,14 @@ def parse_query(row: dict, path: Path | str, line: int) -> dict:
         relevant = cand["relevant"]
         if relevant not in (True, False, 0, 1):
             raise DataError(f"candidate {i}: 'relevant' must be true/false or 0/1, got {relevant!r}", path, line)
-        out.append({"pid": str(cand.get("pid", i)), "text": str(cand["text"]), "relevant": bool(relevant)})
+        text = cand["text"]
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(f"candidate {i}: 'text' must be a non-empty string, got {text!r}", path, line)
+        pid = str(cand["pid"]) if cand.get("pid") is not None else str(i)
+        out.append({"pid": pid, "text": text, "relevant": bool(relevant)})
     if not any(c["relevant"] for c in out):
-        raise DataError(f"query {row['qid']!r}: no relevant candidate among {len(out)}", path, line)
-    return {"qid": str(row["qid"]), "query": row["query"], "candidates": out, "where": f"{path}:{line}"}
+        raise DataError(f"query {qid!r}: no relevant candidate among {len(out)}", path, line)
+    return {"qid": qid, "query": query, "candidates": out, "where": f"{path}:{line}"}
 
 
 def read_queries(path: Path) -> list[dict]:
@@ -153,3 +156,21 @@ class RetrievalTask(SequenceClassificationTask):
         metrics = evaluate_all(self.metric_refs(), refs, list(scores), groups=groups)
         metrics["queries"] = float(len(set(groups)))
         return metrics
+
+    def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,
+                    env: Environment) -> list[dict]:
+        """One record per query: ``id`` = query id, ``gold`` = its relevant candidate ids, ``ranking`` = candidate
+        ids best-first, ``scores`` = their relevance scores in that order, ``pred`` = the top candidate."""
+        scores = self.relevance_scores(predictions)
+        queries: dict[str, list[tuple[str, float, bool]]] = {}
+        for ex, score in zip(examples, scores):
+            prefix = f"{ex['group']}|"
+            pid = ex["id"][len(prefix):] if str(ex["id"]).startswith(prefix) else str(ex["id"])
+            queries.setdefault(ex["group"], []).append((pid, float(score), ex["label"] == "relevant"))
+        records = []
+        for qid, rows in queries.items():
+            ranked = sorted(rows, key=lambda row: -row[1])  # stable: ties keep the candidate order
+            records.append({"id": qid, "gold": [pid for pid, _, relevant in rows if relevant],
+                            "pred": ranked[0][0], "ranking": [pid for pid, _, _ in ranked],
+                            "scores": [score for _, score, _ in ranked]})
+        return records

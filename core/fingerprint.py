@@ -1,0 +1,127 @@
+"""What a stage's cache key is made of: its keyed config fields and a fingerprint of its code.
+
+* :data:`NOT_KEYED` marks a config field that cannot change a stage's output (an evaluation batch size, a
+  logging interval). Every other field is part of the key: ``keyed_dump(config)``.
+* :func:`code_fingerprint` hashes the source of the module that defines a stage body and, transitively, of
+  every module of the same top-level package (and of ``kinject``) that it imports - found by reading the
+  import statements, including those inside functions. Orchestration modules that compute nothing a stage
+  writes declare ``__kinject_fingerprint__ = False`` and are left out (the engine, the registry, the CLI,
+  hooks, errors). Edit a module a stage body uses and the stage's key changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import re
+from typing import Any, Callable
+
+from pydantic import BaseModel
+
+#: ``Field(..., json_schema_extra=NOT_KEYED)``: the field does not affect the output; it stays out of keys.
+NOT_KEYED: dict[str, Any] = {"keyed": False}
+
+_EXEMPT_MARK = re.compile(r"^__kinject_fingerprint__\s*=\s*False", re.M)
+
+
+def is_keyed(model: type[BaseModel], name: str) -> bool:
+    extra = model.model_fields[name].json_schema_extra
+    return not (isinstance(extra, dict) and extra.get("keyed") is False)
+
+
+def keyed_dump(value: Any) -> Any:
+    """JSON data of ``value`` without the fields marked :data:`NOT_KEYED` (recursively)."""
+    if isinstance(value, BaseModel):
+        cls = type(value)
+        out = {name: keyed_dump(getattr(value, name)) for name in cls.model_fields if is_keyed(cls, name)}
+        for name, extra in (value.model_extra or {}).items():
+            out[name] = keyed_dump(extra)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [keyed_dump(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): keyed_dump(v) for k, v in value.items()}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return json.loads(json.dumps(value, default=str))
+
+
+def stable_hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# -- code fingerprint ----------------------------------------------------------------------------- #
+def _origin(module: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return spec.origin
+
+
+@functools.lru_cache(maxsize=4096)
+def _module_facts(origin: str, mtime_ns: int, size: int, module: str, is_package: bool) -> tuple[str, tuple[str, ...], bool]:
+    """(sha256 of the source, imported module names (absolute), exempt?) of one module file."""
+    with open(origin, "rb") as handle:
+        source = handle.read()
+    digest = hashlib.sha256(source).hexdigest()
+    text = source.decode("utf-8", errors="replace")
+    exempt = bool(_EXEMPT_MARK.search(text))
+    package = module if is_package else module.rpartition(".")[0]
+    names: list[str] = []
+    for node in ast.walk(ast.parse(text, filename=origin)):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            names.append(prefix)
+            names.extend(f"{prefix}.{alias.name}" for alias in node.names if alias.name != "*")
+    return digest, tuple(dict.fromkeys(n for n in names if n)), exempt
+
+
+def module_hashes(roots: list[str], packages: set[str] | None = None) -> dict[str, str]:
+    """sha256 of the source of each module in the import closure of ``roots`` (within ``packages``)."""
+    packages = packages or {r.split(".")[0] for r in roots} | {"kinject"}
+    seen: dict[str, str] = {}
+    todo = list(roots)
+    while todo:
+        module = todo.pop()
+        if module in seen or module.split(".")[0] not in packages:
+            continue
+        origin = _origin(module)
+        if origin is None:  # a name imported from a module (``from a import b``), or not Python source
+            seen[module] = ""
+            continue
+        stat = os.stat(origin)
+        digest, imports, exempt = _module_facts(origin, stat.st_mtime_ns, stat.st_size, module,
+                                                os.path.basename(origin) == "__init__.py")
+        if exempt and module not in roots:
+            seen[module] = ""
+            continue
+        seen[module] = digest
+        todo.extend(imports)
+    return {name: digest for name, digest in sorted(seen.items()) if digest}
+
+
+def code_fingerprint(body: Callable, extra_modules: tuple[str, ...] = ()) -> dict[str, str]:
+    """Per-module source hashes of what implements ``body`` (its module's import closure)."""
+    return module_hashes([body.__module__, *extra_modules])
+
+
+def check_body(body: Callable, stage: str) -> None:
+    """A stage body must be a module-level function: a closure could read settings its key lacks."""
+    qualname = getattr(body, "__qualname__", "")
+    if getattr(body, "__self__", None) is not None or getattr(body, "__closure__", None) or "<locals>" in qualname or "<lambda>" in qualname:
+        raise TypeError(f"stage {stage!r}: its body {qualname or body!r} must be a module-level function "
+                        "(it receives its config and inputs; it may not capture the run)")

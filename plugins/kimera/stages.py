@@ -1,0 +1,194 @@
+"""KIMERA's declared stages: configs (what each key holds) and module-level bodies (what each stage does)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Literal
+
+from kinject.interfaces import StageContext
+from kinject.refs import ModelRef, SourceRef, TaskRef
+from kinject.stages import StageConfig
+
+log = logging.getLogger("kinject")
+
+
+class ScoringConfig(StageConfig):
+    """The importance scoring set and the metric the mask search watches."""
+
+    task: TaskRef
+    split: str
+    examples: int
+    batch_size: int
+    metric: str
+    max_length: int
+    attn: str = "sdpa"
+
+
+class MaskConfig(StageConfig):
+    kind: Literal["hard", "soft"]
+    tau: float
+    rho: float
+    max_rounds: int
+    scoring: ScoringConfig
+    finetuned_model: ModelRef | None = None  # a given task model instead of the phase-1 input
+
+
+class RetrainConfig(StageConfig):
+    model: ModelRef
+    seed: int
+    mask: Literal["none", "hard", "soft"]
+    forward_mask: bool
+    from_scratch: bool
+    source: SourceRef
+    kg: dict  # the kg_* fields of the KIMERA config
+    alphas: dict[str, float]
+    pooling: str
+    other_params: str
+    weight_decay: float
+    warmup_ratio: float
+    bf16: bool
+
+
+class PrunedConfig(StageConfig):
+    model: ModelRef
+
+
+class AnalysisConfig(StageConfig):
+    kind: Literal["hard", "soft"]
+    scoring: ScoringConfig
+
+
+def task_model(path, head, attn: str):
+    from kinject.stages import load_task_model
+
+    return load_task_model(path, head, attn)
+
+
+def scoring_set(scoring: ScoringConfig, ctx: StageContext, tokenizer):
+    """(split, examples, features, batches) of the importance scoring set; retrieval groups kept whole."""
+    task, env = scoring.task.build(), scoring.task.environment(ctx)
+    examples = task.examples(scoring.split, env)
+    chosen, groups = [], set()
+    for ex in examples:
+        group = ex.get("group")
+        if len(chosen) >= scoring.examples and (group is None or group not in groups):
+            break
+        chosen.append(ex)
+        groups.add(group)
+    features = task.featurize(tokenizer, chosen, scoring.max_length, env)
+    collator = task.collator(tokenizer)
+    size = scoring.batch_size
+    batches = [collator(features[i:i + size]) for i in range(0, len(features), size)]
+    batches = [{k: v for k, v in dict(b).items() if k in ("input_ids", "attention_mask", "token_type_ids", "labels")}
+               for b in batches]
+    return chosen, features, batches
+
+
+def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
+    from kinject.models import load_tokenizer
+
+    from .importance import search_mask
+    from .masks import save_masks
+
+    scoring = cfg.scoring
+    task, env = scoring.task.build(), scoring.task.environment(ctx)
+    model_dir = cfg.finetuned_model.path if cfg.finetuned_model else ctx.inputs["finetune"] / "model"
+    tokenizer = load_tokenizer(str(model_dir))
+    head = task.head(env)
+    model = task_model(model_dir, head, scoring.attn)
+    examples, features, batches = scoring_set(scoring, ctx, tokenizer)
+
+    def metric(logits) -> float:
+        return task.score(scoring.split, examples, features, logits, env)[scoring.metric]
+
+    result = search_mask(model, batches, head.problem_type, metric, cfg.rho, cfg.tau, soft=cfg.kind == "soft",
+                         max_rounds=cfg.max_rounds)
+    save_masks(ctx.out / "masks.json", **{cfg.kind: result.mask, "importance": result.first_importance})
+    summary = {"kind": cfg.kind, "metric": scoring.metric, "split": scoring.split, "examples": len(features),
+               "baseline": result.baseline, "rounds": result.rounds,
+               "masked_heads": int((result.mask < 1).sum()), "heads": int(result.mask.numel())}
+    (ctx.out / "search.json").write_text(json.dumps(summary, indent=2))
+
+
+def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    from kinject.distributed import is_main_process
+    from kinject.kg.data import KGDataConfig, build_kg_data, length_grouped_batches
+    from kinject.spec import TrainingSpec
+    from kinject.stages import save_model
+
+    from .masks import load_mask
+    from .retrain import KG_TASKS, retrain
+
+    tokenizer = cfg.model.load_tokenizer()
+    attn = cfg.model.attn_implementation
+    if cfg.from_scratch:
+        torch.manual_seed(cfg.seed)
+        from kinject.models import keep_layers
+
+        encoder = keep_layers(AutoModel.from_config(AutoConfig.from_pretrained(cfg.model.path, revision=cfg.model.revision),
+                                                    attn_implementation=attn), cfg.model.layers)
+    else:
+        encoder = cfg.model.load_encoder()
+    kg = cfg.kg
+    alphas = dict(cfg.alphas)
+    tasks = [t for t in KG_TASKS if alphas[t] > 0]
+    source = cfg.source.build()
+    data = build_kg_data(source, cfg.source.environment(ctx), tokenizer, KGDataConfig(
+        tasks=tasks, max_length=kg["kg_max_length"], max_triples=kg["kg_max_triples"], negatives_seed=cfg.seed))
+    if len(data.relations) < 2 and "relation" in tasks:  # one relation: nothing to predict
+        log.warning("kimera: the KG has %d relation type(s); relation prediction disabled", len(data.relations))
+        alphas["relation"] = 0.0
+        tasks.remove("relation")
+    head_mask = None
+    if cfg.mask != "none":
+        shape = (encoder.config.num_hidden_layers, encoder.config.num_attention_heads)
+        head_mask = load_mask(ctx.inputs[f"kimera-mask-{cfg.mask}"] / "masks.json", cfg.mask, shape)
+    steps = kg["kg_steps"]
+    training = TrainingSpec(epochs=1, max_steps=steps, learning_rate=kg["kg_learning_rate"],
+                            batch_size=kg["kg_batch_size"], weight_decay=cfg.weight_decay,
+                            warmup_ratio=cfg.warmup_ratio, group_by_length=False, save_steps=max(steps // 2, 1),
+                            logging_steps=max(steps // 10, 1), bf16=cfg.bf16)
+    stats = retrain(encoder, tokenizer, {t: getattr(data, t) for t in tasks}, len(data.relations), training,
+                    ctx.work, cfg.seed, mask=head_mask, forward_mask=cfg.forward_mask, other_params=cfg.other_params,
+                    pooling=cfg.pooling, alphas=alphas, batches_of=length_grouped_batches, resume=ctx.resume)
+    stats["kg"] = data.stats
+    if is_main_process():
+        save_model(encoder, tokenizer, ctx.out / "model")
+        (ctx.out / "retrain.json").write_text(json.dumps(stats, indent=2, default=str))
+
+
+def pruned_body(cfg: PrunedConfig, ctx: StageContext) -> None:
+    from kinject.stages import save_model
+
+    from .masks import load_mask, prune_by_mask
+
+    encoder = cfg.model.load_encoder()
+    shape = (encoder.config.num_hidden_layers, encoder.config.num_attention_heads)
+    plan = prune_by_mask(encoder, load_mask(ctx.inputs["kimera-mask-hard"] / "masks.json", "hard", shape))
+    save_model(encoder, cfg.model.load_tokenizer(), ctx.out / "model")
+    (ctx.out / "pruned.json").write_text(json.dumps({str(k): v for k, v in plan.items()}, indent=2))
+
+
+def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
+    from kinject.models import load_tokenizer
+
+    from .analysis import write_analysis
+    from .importance import normalize_importance, score_heads
+    from .masks import load_mask
+
+    scoring = cfg.scoring
+    task, env = scoring.task.build(), scoring.task.environment(ctx)
+    model_dir = ctx.inputs["kimera-finetune"] / "model"
+    tokenizer = load_tokenizer(str(model_dir))
+    head = task.head(env)
+    model = task_model(model_dir, head, scoring.attn)
+    _, _, batches = scoring_set(scoring, ctx, tokenizer)
+    raw, _ = score_heads(model, batches, head.problem_type)
+    masks_file = ctx.inputs[f"kimera-mask-{cfg.kind}"] / "masks.json"
+    mask = load_mask(masks_file, cfg.kind)
+    before = load_mask(masks_file, "importance", tuple(mask.shape))
+    write_analysis(ctx.out, mask, before, normalize_importance(raw), cfg.kind)

@@ -1,0 +1,119 @@
+"""Import boundaries: core imports no plugin and no concrete task; plugins do not import each other; tasks
+import no plugin. Every import statement counts (also those inside functions), and so do
+``importlib.import_module("...")`` / ``__import__("...")`` calls with a literal name."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def package_dirs(root: Path = ROOT) -> dict[str, str]:
+    """Source folder -> package name, from pyproject.toml [tool.setuptools] package-dir."""
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    return {folder: package for package, folder in config["tool"]["setuptools"]["package-dir"].items()}
+
+
+def module_of(path: Path, folder: Path, package: str) -> tuple[str, bool]:
+    """(dotted module name, is a package __init__) of a source file under ``folder`` (= ``package``)."""
+    parts = path.relative_to(folder).as_posix().removesuffix(".py").split("/")
+    init = parts[-1] == "__init__"
+    return ".".join([package, *(parts[:-1] if init else parts)]), init
+
+
+def imports(path: Path, module: str, package: bool) -> list[tuple[int, str]]:
+    """(line, imported module) for every import in the file; ``from a import b`` yields a and a.b."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".") if package else module.split(".")[:-1]
+                parts = parts[:len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            out += [(node.lineno, base)] + [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ("import_module", "__import__"):
+                out.append((node.lineno, node.args[0].value))
+    return out
+
+
+def under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def violations(root: Path = ROOT) -> list[str]:
+    """One line per offending import: file:line, who imports what, which rule it breaks."""
+    found, seen = [], set()
+    for folder, package in package_dirs(root).items():
+        for path in sorted((root / folder).rglob("*.py")):
+            module, is_package = module_of(path, root / folder, package)
+            for line, name in imports(path, module, is_package):
+                if (path, line) in seen:  # one report per statement
+                    continue
+                where = f"{path.relative_to(root)}:{line}: {module} imports {name}"
+                if package == "kinject" and (under(name, "kinject.plugins") and name != "kinject.plugins"
+                                             or under(name, "kinject.tasks")):
+                    found.append(f"{where} (core imports no plugin and no concrete task)")
+                elif under(package, "kinject.tasks") and under(name, "kinject.plugins") and name != "kinject.plugins":
+                    found.append(f"{where} (tasks import no plugin)")
+                elif under(package, "kinject.plugins") and under(name, "kinject.plugins") \
+                        and name != "kinject.plugins" and not under(name, package):
+                    found.append(f"{where} (plugins do not import each other)")
+                else:
+                    continue
+                seen.add((path, line))
+    return found
+
+
+def test_mapping_covers_every_source_folder():
+    dirs = package_dirs()
+    assert dirs["core"] == "kinject" and dirs["tasks"] == "kinject.tasks"
+    for plugin in sorted(p for p in (ROOT / "plugins").iterdir() if (p / "__init__.py").exists()):
+        assert dirs.get(f"plugins/{plugin.name}") == f"kinject.plugins.{plugin.name}", plugin
+
+
+def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
+    source = tmp_path / "mod.py"
+    source.write_text("def f():\n    from kinject.plugins.kimera import strategy\n"
+                      "from ..stilt import matrix\nimport importlib\nimportlib.import_module('kinject.tasks.ner')\n")
+    found = imports(source, "kinject.plugins.mop.mod", False)
+    assert (2, "kinject.plugins.kimera.strategy") in found
+    assert (3, "kinject.plugins.stilt.matrix") in found
+    assert (5, "kinject.tasks.ner") in found
+
+
+def test_the_checker_reports_each_rule(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.setuptools]\npackage-dir = { "kinject" = "core", "kinject.tasks" = "tasks", '
+        '"kinject.plugins.a" = "plugins/a", "kinject.plugins.b" = "plugins/b" }\n')
+    files = {"core/engine.py": "def f():\n    import kinject.tasks.ner\n",
+             "core/plugins/__init__.py": "from kinject.plugins import a\n",
+             "tasks/ner.py": "from kinject import engine\nfrom kinject.plugins.a import x\n",
+             "plugins/a/__init__.py": "from . import own\nfrom ..b import helper\n",
+             "plugins/b/__init__.py": "from kinject.tasks import ner\nfrom kinject.plugins.b import y\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = violations(tmp_path)
+    assert [line.split(" (")[0] for line in found] == [
+        "core/engine.py:2: kinject.engine imports kinject.tasks.ner",
+        "core/plugins/__init__.py:1: kinject.plugins imports kinject.plugins.a",
+        "tasks/ner.py:2: kinject.tasks.ner imports kinject.plugins.a",
+        "plugins/a/__init__.py:2: kinject.plugins.a imports kinject.plugins.b"]
+
+
+def test_import_boundaries():
+    found = violations()
+    assert not found, "import boundary violations:\n" + "\n".join(found)

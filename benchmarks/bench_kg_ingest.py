@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -49,10 +48,17 @@ def write_synthetic(path: Path, rows: int, entities: int = 300_000, relations: i
             out.write("".join(f"{names[a]}\t{rels[b]}\t{names[c]}\n" for a, b, c in zip(h, r, t)))
 
 
+def peak_rss_mib() -> float:
+    """This process image's peak RSS (VmHWM, Linux). Not ru_maxrss: that keeps the peak of the parent that
+    forked this child (here: the process that wrote the synthetic file) across exec."""
+    with open("/proc/self/status") as status:
+        return int(next(line for line in status if line.startswith("VmHWM")).split()[1]) / 1024
+
+
 def child(args) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     from kinject.interfaces import Environment
-    from kinject.kg.data import (KGDataConfig, build_kg_data, length_grouped_batches, load_kg_data,
+    from kinject.kg.data import (KGDataConfig, build_kg_data, length_grouped_batches, lengths_of, load_kg_data,
                                  useful_token_fraction)
     from kinject.models import load_tokenizer, resolve_model
     from kinject.sources.triples import TriplesSource
@@ -64,7 +70,7 @@ def child(args) -> None:
     start = time.perf_counter()
     data = build_kg_data(source, env, tokenizer, config)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mib()
     first = getattr(data, config.tasks[0])
     start = time.perf_counter()
     reopened = load_kg_data(data.path)
@@ -78,14 +84,15 @@ def child(args) -> None:
     for lo in range(0, len(idx), 1000):
         ds[idx[lo:lo + 1000].tolist()]
     rand_s = time.perf_counter() - start
-    batches = length_grouped_batches(first, 32, seed=0)
+    lengths = lengths_of(first)
+    batches = length_grouped_batches(lengths, 32, seed=0)
     print(json.dumps({"rows": data.stats["triples"], "sequences": len(first), "tasks": config.tasks,
                       "entities": data.stats["entities"], "seconds": round(seconds, 1),
                       "triples_per_s": round(data.stats["triples"] / seconds),
                       "peak_rss_mib": round(peak), "reload_open_s": round(open_s, 3),
                       "reload_scan_rows_per_s": round(scanned / scan_s),
                       "reload_random_rows_per_s": round(len(idx) / rand_s),
-                      "useful_token_fraction_bs32": round(useful_token_fraction(first, batches), 4),
+                      "useful_token_fraction_bs32": round(useful_token_fraction(lengths, batches), 4),
                       "cache_mib": round(sum(p.stat().st_size for p in data.path.iterdir()) / 2**20)}))
 
 

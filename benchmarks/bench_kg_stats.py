@@ -2,7 +2,7 @@
 
 Writes a synthetic triples file (bench_kg_ingest's biomedical-length names; a fixed pool of entities, so
 every size holds the same vocabulary and only the number of triples grows), then measures each size and
-method in a fresh child process (peak RSS = the child's own ru_maxrss):
+method in a fresh child process (peak RSS = the child's VmHWM from /proc, Linux):
 
     .venv/bin/python benchmarks/bench_kg_stats.py --rows 200000 1000000
 
@@ -32,18 +32,19 @@ CHILD = {
                   "print(json.dumps(graph_stats(EntityGraph.from_triples(TriplesSource(path=PATH)"
                   ".iter_triples(env)))))\n"),
 }
-TAIL = "import resource, sys\nprint('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+TAIL = "import sys\nfrom bench_kg_ingest import peak_rss_mib\nprint('PEAK_MIB', peak_rss_mib(), file=sys.stderr)\n"
 
 
 def measure(method: str, path: Path) -> dict:
-    code = f"PATH = {str(path)!r}\n" + CHILD[method] + TAIL
+    head = f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nPATH = {str(path)!r}\n"
+    code = head + CHILD[method] + TAIL
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     seconds = time.perf_counter() - start
     stats = json.loads(done.stdout[done.stdout.index("{"):])
-    kib = int(done.stderr.rsplit("MAXRSS", 1)[1].split()[0])
+    peak = float(done.stderr.rsplit("PEAK_MIB", 1)[1].split()[0])
     return {"method": method, "rows": stats["triples"], "entities": stats["entities"],
-            "seconds": round(seconds, 1), "peak_rss_mib": round(kib / 1024, 1)}
+            "seconds": round(seconds, 1), "peak_rss_mib": round(peak, 1)}
 
 
 def main() -> None:

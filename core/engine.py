@@ -296,39 +296,95 @@ def explain_miss(planned: PlannedStage, cache_dir: Path) -> str:
 
 
 # -- running ----------------------------------------------------------------------------------- #
-def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]) -> tuple[bool, float]:
-    """Run one stage unless cached. Returns (cached, seconds)."""
+def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path],
+              alone: bool = False) -> tuple[bool, float]:
+    """Run one stage unless cached. Returns (cached, seconds).
+
+    ``alone``: this process runs the stage by itself (a spread stage under torchrun): no barriers, and the
+    body runs in a fresh single-process worker (:mod:`kinject.worker`).
+    """
     stage, key, folder = planned.stage, planned.key, planned.folder
+    sync = (lambda: None) if alone else barrier
+    main = alone or is_main_process()
     hooks = run.hooks()
     done = (folder / "stage.json").exists()
     hooks.kinject_stage_start(stage=stage.name, key=key, cached=done)
     start = time.perf_counter()
     if not done:
         partial = folder.with_name(folder.name + ".partial")
-        if is_main_process():
+        if main:
             if partial.exists() and not run.resume:
                 shutil.rmtree(partial)
             if (partial / "out").exists():
                 shutil.rmtree(partial / "out")  # outputs are rewritten; checkpoints in work/ survive
             (partial / "out").mkdir(parents=True, exist_ok=True)
             (partial / "work").mkdir(parents=True, exist_ok=True)
-        barrier()
+        sync()
         ctx = StageContext(name=stage.name, key=key, out=partial / "out", work=partial / "work",
                            inputs={name: stage_dirs[name] for name in stage.inputs}, resume=run.resume,
                            cache_dir=run.env.cache_dir, offline=run.env.offline)
-        stage.body(stage.config, ctx)
-        barrier()
-        if is_main_process():
+        if alone:
+            _run_in_worker(stage, ctx)
+        else:
+            stage.body(stage.config, ctx)
+        sync()
+        if main:
             info = {"stage": stage.name, "key": key, "record": planned.record,
                     "config": stage.config.model_dump(mode="json"), "kinject": __version__,
-                    "seconds": round(time.perf_counter() - start, 3)}
+                    "seconds": round(time.perf_counter() - start, 3), "rank": rank()}
             (partial / "out" / "stage.json").write_text(json.dumps(info, indent=2, default=str))
             (partial / "out").rename(folder)
             shutil.rmtree(partial, ignore_errors=True)
-        barrier()
+        sync()
     seconds = time.perf_counter() - start
     hooks.kinject_stage_end(stage=stage.name, key=key, cached=done, seconds=seconds)
     return done, seconds
+
+
+def _run_in_worker(stage: Stage, ctx: StageContext) -> None:
+    import os
+    import sys
+
+    from kinject.worker import DISTRIBUTED_VARIABLES, job
+
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARIABLES}
+    result = subprocess.run([sys.executable, "-m", "kinject.worker"], input=json.dumps(job(stage, ctx)),
+                            text=True, env=env)
+    if result.returncode != 0:
+        raise KinjectError(f"stage {stage.name!r} failed in its worker process (exit code {result.returncode}; "
+                           "its error is printed above)")
+
+
+def run_stages(run: RunContext) -> list[tuple[PlannedStage, bool, float]]:
+    """Run the plan in order. Under torchrun, each run of consecutive ``spread`` stages is shared out: process
+    r runs stages r, r + N, ...; all processes wait for the whole group before going on."""
+    from kinject.distributed import world_size
+
+    planned_stages = plan(run)
+    stage_dirs: dict[str, Path] = {}
+    out: list[tuple[PlannedStage, bool, float]] = []
+    i = 0
+    while i < len(planned_stages):
+        planned = planned_stages[i]
+        if not (planned.stage.spread and world_size() > 1):
+            cached, seconds = run_stage(run, planned, stage_dirs)
+            stage_dirs[planned.stage.name] = planned.folder
+            out.append((planned, cached, seconds))
+            i += 1
+            continue
+        group = []
+        while i < len(planned_stages) and planned_stages[i].stage.spread:
+            group.append(planned_stages[i])
+            i += 1
+        mine = {}
+        for j, member in enumerate(group):
+            if j % world_size() == rank():
+                mine[j] = run_stage(run, member, stage_dirs, alone=True)
+        barrier()
+        for j, member in enumerate(group):
+            stage_dirs[member.stage.name] = member.folder
+            out.append((member, *mine.get(j, (True, 0.0))))
+    return out
 
 
 def _versions() -> dict[str, str]:
@@ -397,11 +453,9 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
     hooks = run.hooks()
     try:
         hooks.kinject_run_start(spec=resolved, run_dir=output)
-        records, stage_dirs = [], {}
+        records = []
         state: dict[str, Any] = {"metrics": {}, "comparison": None, "model": None, "exports": []}
-        for planned in plan(run):
-            cached, seconds = run_stage(run, planned, stage_dirs)
-            stage_dirs[planned.stage.name] = planned.folder
+        for planned, cached, seconds in run_stages(run):
             records.append({"name": planned.stage.name, "key": planned.key, "cached": cached,
                             "seconds": round(seconds, 3), "dir": str(planned.folder)})
             _collect(planned.folder, planned.stage, state)

@@ -228,6 +228,8 @@ class Stage:
     artifacts: tuple[str, ...] = ()  # files/folders of the stage output copied into the run directory
     code: tuple[str, ...] = ()  # modules to fingerprint besides the body's own import closure
     libraries: tuple[str, ...] = ("torch", "transformers", "tokenizers")  # their versions go into the key
+    spread: bool = False  # under torchrun/accelerate launch, consecutive spread stages are shared out over the
+    #                       processes, each running in a fresh single-process worker (e.g. MoP's adapters)
 
 
 class Strategy(Component):

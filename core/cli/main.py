@@ -21,6 +21,9 @@ __kinject_fingerprint__ = False  # the command line: no stage output depends on 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Inject domain knowledge into transformer language models, and compare the ways.")
+from kinject.cli.evidence import register as _register_evidence  # noqa: E402 (compare, report, sweep)
+
+_register_evidence(app)
 console = Console()
 err_console = Console(stderr=True)
 

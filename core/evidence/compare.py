@@ -152,24 +152,32 @@ def _p(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
+def comparison_table(result: dict[str, Any], block: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows (text) of one metric's comparison: run, seeds, value, difference, interval, p-values."""
+    level = f"{result['confidence'] * 100:g}%"
+    headers = ["run", "seeds", block["metric"], "Δ vs baseline", f"{level} CI", "t-test p", "Wilcoxon p"]
+    rows = []
+    for i, row in enumerate(block["rows"]):
+        tests = row.get("seed_tests") or {}
+        cells = ["baseline", "", "", ""] if i == 0 else [
+            f"{row['difference']:+.4f}", f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
+            _p(tests.get("t_pvalue")), _p(tests.get("wilcoxon_pvalue"))]
+        rows.append([row["run"], str(len(row["seeds"])), f"{row['value']:.4f}", *cells])
+    return headers, rows
+
+
 def print_comparison(result: dict[str, Any], console) -> None:
     """One rich table per metric: value, difference to the baseline, interval, per-seed p-values."""
     from rich.markup import escape
     from rich.table import Table
 
-    level = f"{result['confidence'] * 100:g}%"
     for block in result["metrics"]:
-        table = Table(title=f"{result['task']} {result['split']} {block['metric']} ({result['examples']} examples, "
-                            f"{level} paired bootstrap over examples, {result['resamples']} resamples)",
+        headers, rows = comparison_table(result, block)
+        table = Table(title=f"{result['task']} {result['split']} {block['metric']}: {result['examples']} examples, "
+                            f"paired bootstrap over examples ({result['resamples']} resamples)",
                       title_justify="left")
-        for column, justify in (("run", "left"), ("seeds", "right"), (block["metric"], "right"),
-                                ("Δ vs baseline", "right"), (f"{level} CI", "right"), ("t-test p", "right"),
-                                ("Wilcoxon p", "right")):
-            table.add_column(column, justify=justify, overflow="fold")
-        for i, row in enumerate(block["rows"]):
-            tests = row.get("seed_tests") or {}
-            cells = ["baseline", "", "", ""] if i == 0 else [
-                f"{row['difference']:+.4f}", f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
-                _p(tests.get("t_pvalue")), _p(tests.get("wilcoxon_pvalue"))]
-            table.add_row(escape(row["run"]), str(len(row["seeds"])), f"{row['value']:.4f}", *cells)
+        for i, column in enumerate(headers):
+            table.add_column(escape(column), justify="left" if i == 0 else "right", overflow="fold")
+        for row in rows:
+            table.add_row(*map(escape, row))
         console.print(table)

@@ -45,7 +45,7 @@ class RunContext:
 
     spec: RunSpec
     env: Environment
-    task: Task
+    task: Task | None
     strategy: Strategy
     sources: list[KnowledgeSource]
     model_path: str
@@ -100,7 +100,7 @@ class PlannedStage:
 
 
 # -- resolution and validation ----------------------------------------------------------------- #
-def resolve_components(spec: RunSpec) -> tuple[Task, Strategy, list[KnowledgeSource]]:
+def resolve_components(spec: RunSpec) -> tuple[Task | None, Strategy, list[KnowledgeSource]]:
     """Look up and configure the task, strategy and sources; errors name the spec field."""
     from kinject.errors import UnknownNameError
 
@@ -111,15 +111,18 @@ def resolve_components(spec: RunSpec) -> tuple[Task, Strategy, list[KnowledgeSou
             raise type(exc)(f"{field_path}.name: {exc}") from None
         return cls(validate_plugin_config(cls, ref, field_path))
 
-    task = build("tasks", spec.task, "task")
+    task = build("tasks", spec.task, "task") if spec.task is not None else None
     strategy = build("strategies", spec.strategy, "strategy")
+    if task is None and strategy.needs_task:
+        raise SpecError(f"task: required for strategy {strategy.name!r}; pass --task NAME or set task.name "
+                        "in --config")
     sources = [build("sources", ref, f"sources.{i}") for i, ref in enumerate(spec.sources)]
     return task, strategy, sources
 
 
 def resolved_spec(spec: RunSpec, task: Task, strategy: Strategy, sources: list[KnowledgeSource]) -> dict:
     data = spec.model_dump(mode="json")
-    data["task"] = {"name": task.name, **task.config.model_dump(mode="json")}
+    data["task"] = {"name": task.name, **task.config.model_dump(mode="json")} if task is not None else None
     data["strategy"] = {"name": strategy.name, **strategy.config.model_dump(mode="json")}
     data["sources"] = [{"name": s.name, **s.config.model_dump(mode="json")} for s in sources]
     return data
@@ -155,7 +158,8 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     if isinstance(task, TaskGroup):
         run.members = _prepare_members(run)
         return run
-    task.prepare_data(env)
+    if task is not None:
+        task.prepare_data(env)
     for source in sources:
         source.check(env)
     strategy.validate(run)
@@ -415,8 +419,13 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
+def describe_data(run: RunContext) -> str:
+    """What data the run's task reads (or that it has no task)."""
+    return run.task.describe_data(run.env) if run.task is not None else "(no task)"
+
+
 def default_output(spec: RunSpec) -> Path:
-    return Path("runs") / f"{spec.strategy.name}-{spec.task.name}"
+    return Path("runs") / (f"{spec.strategy.name}-{spec.task.name}" if spec.task else spec.strategy.name)
 
 
 def _collect(folder: Path, stage: Stage, state: dict) -> None:
@@ -464,7 +473,7 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
             metrics = {**metrics, "comparison": state["comparison"]}
         if is_main_process():
             info = {"spec": resolved, "command": run.command, "stages": records, "versions": _versions(),
-                    "git_sha": _git_sha(), "seed": run.spec.seed, "data": run.task.describe_data(run.env),
+                    "git_sha": _git_sha(), "seed": run.spec.seed, "data": describe_data(run),
                     "model_path": run.model_path, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             (tmp / "run.json").write_text(json.dumps(info, indent=2, default=str))
             (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2))

@@ -240,6 +240,7 @@ class Strategy(Component):
     """
 
     consumes: ClassVar[frozenset[str]] = frozenset()
+    needs_task: ClassVar[bool] = True  # False: the strategy can run without a downstream task
 
     def validate(self, run: "RunContext") -> None:
         """Raise a KinjectError for anything in the spec, data or sources the strategy cannot use.

@@ -78,7 +78,8 @@ class RunSpec(StrictModel):
     """One run: model, task, strategy, knowledge sources, training settings, seed, output."""
 
     model: ModelSpec = Field(default_factory=ModelSpec)
-    task: PluginRef = Field(..., description="The downstream task.")
+    task: PluginRef | None = Field(None, description="The downstream task (required unless the strategy "
+                                   "needs none, e.g. pretrain without --task).")
     strategy: PluginRef = Field(default_factory=lambda: PluginRef(name="finetune"),
                                 description="The knowledge-injection method.")
     sources: list[PluginRef] = Field(default_factory=list, description="Knowledge sources, in order.")

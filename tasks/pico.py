@@ -26,7 +26,7 @@ from kinject.interfaces import Environment
 from kinject.io import iter_lines
 from kinject.catalogue import DatasetInfo, register_dataset
 from kinject.tasks.sequence import evaluate_all, unit_ids
-from kinject.tasks.token import CatalogueSplits, TokenClassificationTask, TokenTaskConfig
+from kinject.tasks.token import CatalogueSplits, TokenClassificationTask, TokenTaskConfig, encode
 
 log = logging.getLogger("kinject")
 ELEMENTS = {"PAR": "participants", "INT": "interventions", "OUT": "outcomes"}
@@ -106,15 +106,11 @@ def read_document(root: Path, sub: str, pmid: str) -> list[dict]:
     for w, word in enumerate(words):
         if word in (".", "?", "!") or w == len(words) - 1:
             out.append({"id": f"{pmid}-{len(out)}", "group": pmid, "words": words[start:w + 1],
-                        "tags": encode_restart(tags[start:w + 1]), "elements": elements[start:w + 1],
+                        "tags": encode(tags[start:w + 1], "BIO"),  # a sentence opening inside a span: B-
+                        "elements": elements[start:w + 1],
                         "where": f"{tokens_path} (words {start + 1}-{w + 1})"})
             start = w + 1
     return out
-
-
-def encode_restart(tags: list[str]) -> list[str]:
-    """A sentence that starts inside a span opens it with B-."""
-    return [f"B-{t[2:]}" if i == 0 and t.startswith("I-") else t for i, t in enumerate(tags)]
 
 
 class PicoConfig(TokenTaskConfig):

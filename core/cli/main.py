@@ -91,10 +91,6 @@ def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, dat
     for key, value in (("output", output), ("data_dir", data_dir), ("cache_dir", cache_dir)):
         if value is not None:
             data[key] = str(value)
-    if "task" not in data:
-        from kinject.errors import SpecError
-
-        raise SpecError("task: required; pass --task NAME or set task.name in --config")
     return build_spec(apply_overrides(data, sets or []))
 
 
@@ -138,7 +134,7 @@ def _dry_run(run_ctx) -> None:
 
     resolved = engine.resolved_spec(run_ctx.spec, run_ctx.task, run_ctx.strategy, run_ctx.sources)
     console.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False, highlight=False)
-    console.print(f"data: {run_ctx.task.describe_data(run_ctx.env)}", markup=False)
+    console.print(f"data: {engine.describe_data(run_ctx)}", markup=False)
     runs = [(name, member) for name, member, _ in run_ctx.members if member is not None] or [("", run_ctx)]
     for prefix, run in runs:
         for planned in engine.plan(run):
@@ -176,8 +172,8 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
         _dry_run(runs[0])
         return
     first = runs[0]
-    console.print(f"[bold]{spec.strategy.name}[/] on [bold]{spec.task.name}[/] "
-                  f"(data: {first.task.describe_data(first.env)}, model: {spec.model.name}"
+    console.print(f"[bold]{spec.strategy.name}[/] on [bold]{spec.task.name if spec.task else '(no task)'}[/] "
+                  f"(data: {engine.describe_data(first)}, model: {spec.model.name}"
                   f"{f', seeds {seeds[0]}..{seeds[-1]}' if repeats > 1 else ''}) -> {out}")
     if repeats == 1:
         metrics = engine.execute(first, out)

@@ -81,8 +81,9 @@ class MeanScorer(Scorer):
 
 class F1Scorer(Scorer):
     """F1 over classes (single- or multi-label): per example and class tp/fp/fn, plus one column per class
-    that marks whether the class counts for this run (scikit-learn's label set: given positives, else every
-    label in the gold or predicted labels, plus the task's labels when multi-label)."""
+    that marks whether the class counts for this run - scikit-learn's label set: the given positives, else
+    every label in this run's gold or predicted labels (plus the task's labels when multi-label). The
+    columns are over the classes of every compared run, so runs and seeds stack."""
 
     def fit(self, record_sets):
         o = self.metric.options
@@ -116,8 +117,10 @@ class F1Scorer(Scorer):
                 out[i, k + j] += c in pred and c not in gold
                 out[i, 2 * k + j] += c in gold and c not in pred
         o = self.metric.options
-        if o["positive"] or self.multi or o["average"] == "binary":
-            present[:] = 1  # fixed label sets: every class counts
+        if o["positive"] or o["average"] == "binary":
+            present[:] = 1  # a fixed label set: every class counts
+        elif self.multi:
+            present[[index[c] for c in self.metric.labels if c in index]] = 1  # the task's labels always count
         out[:, 3 * k:] = present
         return out
 

@@ -63,7 +63,7 @@ def paired_bootstrap(per_example_a, per_example_b, statistic: Callable = np.mean
     point_a = float(statistic(np.moveaxis(a, 0, -1), axis=-1))
     point_b = float(statistic(np.moveaxis(b, 0, -1), axis=-1))
     batch = max(1, min(n_resamples, ELEMENTS_PER_BATCH // max(1, a.size + b.size)))
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         result = stats.bootstrap((a, b), difference, paired=True, vectorized=True, axis=0, n_resamples=n_resamples,
                                  confidence_level=confidence, method=method, batch=batch,

@@ -1,0 +1,201 @@
+"""kinject.evidence statistics: the paired bootstrap, per-seed tests, and metrics recomputed on resamples."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from kinject.evidence.compare import pair
+from kinject.evidence.metrics import define
+from kinject.evidence.scorers import scorer_for
+from kinject.evidence.stats import paired_bootstrap, seed_tests
+
+
+# -- the bootstrap itself --------------------------------------------------------------------------------- #
+def test_two_examples_by_hand():
+    # a = [0, 1], b = [1, 1]: a resample is (0,0), (0,1), (1,0) or (1,1); b - a is then 1, .5, .5, 0.
+    result = paired_bootstrap([0, 1], [1, 1], n_resamples=4000, seed=1)
+    assert (result.a, result.b, result.difference) == (0.5, 1.0, 0.5)
+    assert (result.low, result.high) == (0.0, 1.0)
+    assert result.standard_error == pytest.approx(np.sqrt(0.125), rel=0.05)  # sd of {1, .5, .5, 0}
+    with pytest.raises(ValueError, match="same number of examples"):
+        paired_bootstrap([0, 1], [1, 1, 1])
+
+
+def test_identical_systems_give_a_zero_width_interval_even_with_bca():
+    x = np.arange(10) % 2
+    result = paired_bootstrap(x, x, method="BCa")
+    assert (result.difference, result.low, result.high) == (0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("method, low, high", [("percentile", 28.86, 84.21), ("BCa", 32.31, 91.43)])
+def test_matches_r_boot_as_in_scipys_own_test(method, low, high):
+    # scipy/stats/tests/test_resampling.py::TestBootstrap::test_bootstrap_against_R (R's boot.ci on the
+    # mean). Paired against a zero baseline, b - a resamples exactly as the one-sample mean does.
+    x = np.array([10, 12, 12.5, 12.5, 13.9, 15, 21, 22, 23, 34, 50, 81, 89, 121, 134, 213])
+    result = paired_bootstrap(np.zeros_like(x), x, n_resamples=1_000_000, seed=0, method=method)
+    assert result.difference == pytest.approx(x.mean())
+    assert result.low == pytest.approx(low, rel=0.005) and result.high == pytest.approx(high, rel=0.005)
+
+
+def _simulate(effect: float, datasets: int = 200, n: int = 150, seed: int = 7):
+    """Per-example correctness of two correlated systems; the true accuracy difference is ``effect``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(datasets):
+        u = rng.random(n)  # shared difficulty: pairs the systems as real runs on one test set are
+        a = (u < 0.6).astype(float)
+        b = (u < 0.6 + effect).astype(float)
+        flip = rng.random(n) < 0.15  # system-specific noise
+        b[flip] = (rng.random(flip.sum()) < 0.6 + effect).astype(float)
+        out.append(paired_bootstrap(a, b, n_resamples=400, seed=k))
+    return out
+
+
+def test_known_effect_interval_covers_the_true_difference():
+    results = _simulate(effect=0.1)
+    coverage = np.mean([r.low <= 0.1 <= r.high for r in results])
+    assert 0.88 <= coverage <= 0.99, coverage
+    assert np.mean([r.low > 0 for r in results]) > 0.9  # and the effect is detected
+
+
+def test_null_case_interval_covers_zero_at_the_nominal_rate():
+    results = _simulate(effect=0.0)
+    coverage = np.mean([r.low <= 0 <= r.high for r in results])
+    assert 0.9 <= coverage <= 1.0, coverage
+
+
+# -- per-seed tests --------------------------------------------------------------------------------------- #
+def test_seed_tests_match_scipys_known_cases():
+    # scipy/stats/tests/test_stats.py::test_ttest_rel ("regression test": t, p of rvs1 vs rvs2)
+    rvs1, rvs2 = np.linspace(1, 100, 100), np.linspace(1.01, 99.989, 100)
+    out = seed_tests(dict(enumerate(rvs2)), dict(enumerate(rvs1)))
+    assert out["t_statistic"] == pytest.approx(0.81248591389165692)
+    assert out["t_pvalue"] == pytest.approx(0.41846234511362157)
+    # scipy/stats/tests/test_morestats.py::TestWilcoxon::test_exact_pval (R 4.0.3, exact, two-sided)
+    x = [1.81, 0.82, 1.56, -0.48, 0.81, 1.28, -1.04, 0.23, -0.75, 0.14]
+    y = [0.71, 0.65, -0.2, 0.85, -1.1, -0.45, -0.84, -0.24, -0.68, -0.76]
+    out = seed_tests(dict(enumerate(y)), dict(enumerate(x)))
+    assert out["wilcoxon_pvalue"] == pytest.approx(0.10546875)
+    assert out["differences"] == pytest.approx(np.subtract(x, y).tolist())
+
+
+def test_seed_tests_pair_by_seed_and_need_two():
+    assert seed_tests({1: 0.5}, {1: 0.7}) is None
+    assert seed_tests({1: 0.5, 2: 0.6}, {3: 0.7, 4: 0.8}) is None  # no common seeds
+    out = seed_tests({1: 0.5, 2: 0.6, 3: 0.55}, {3: 0.65, 2: 0.7, 1: 0.62, 9: 0.1})
+    assert out["seeds"] == [1, 2, 3] and out["differences"] == pytest.approx([0.12, 0.1, 0.1])
+    same = seed_tests({1: 0.5, 2: 0.6}, {1: 0.5, 2: 0.6})
+    assert same["t_pvalue"] is None and same["wilcoxon_pvalue"] is None and same["mean_difference"] == 0
+
+
+# -- metrics recomputed on resamples equal the evaluators on the resampled examples ----------------------- #
+def _classification(rng, n=40, labels=("a", "b", "c")):
+    gold = rng.choice(labels, n)
+    return [{"id": str(i), "gold": str(g), "pred": str(g if rng.random() < 0.6 else rng.choice(labels)),
+             "scores": rng.normal(size=len(labels)).tolist()} for i, g in enumerate(gold)]
+
+
+def _tags(rng, n):
+    tags = ["O"] * n
+    for _ in range(rng.integers(0, 3)):
+        start = rng.integers(0, n)
+        tags[start] = f"B-{rng.choice(['X', 'Y'])}"
+        if start + 1 < n:
+            tags[start + 1] = rng.choice(["I-X", "I-Y", "O"])
+    return tags
+
+
+def _cases(rng):
+    labels = ("a", "b", "c")
+    single = _classification(rng)
+    multi = [{"id": str(i), "gold": sorted(set(rng.choice(labels, rng.integers(0, 3)))),
+              "pred": sorted(set(rng.choice(labels, rng.integers(0, 3)))), "scores": rng.normal(size=3).tolist()}
+             for i in range(40)]
+    binary = [{**r, "scores": r["scores"][:2], "gold": "ab"[i % 2], "pred": "ab"[rng.integers(0, 2)]}
+              for i, r in enumerate(single)]
+    ner = [{"id": str(i), "gold": (g := _tags(rng, 8)), "pred": g if rng.random() < 0.5 else _tags(rng, 8)}
+           for i in range(40)]
+    pico = [{"id": str(i), "gold": [list(rng.choice(["participants", "outcomes"], rng.integers(0, 2)))
+                                    for _ in range(6)],
+             "pred": [[str(rng.choice(["participants", "outcomes"]))] if rng.random() < .4 else [] for _ in range(6)]}
+            for i in range(40)]
+    reg = [{"id": str(i), "gold": float(g), "pred": float(g + rng.normal())} for i, g in enumerate(rng.normal(size=40))]
+    retrieval = []
+    for q in range(40):
+        pids = [f"p{j}" for j in range(6)]
+        scores = np.round(rng.normal(size=6), 1)  # rounding makes ties: the evaluators' tie rule is exercised
+        order = np.argsort(-scores, kind="stable")
+        retrieval.append({"id": f"q{q}", "gold": list(rng.choice(pids, rng.integers(1, 3), replace=False)),
+                          "ranking": [pids[j] for j in order], "scores": scores[order].tolist(), "pred": "x"})
+    return [
+        ("accuracy", {}, single, labels), ("f1_micro", {}, single, labels), ("f1_macro", {}, single, labels),
+        ("f1_weighted", {}, single, labels), ("f1_micro", {"positive": ["b", "c"]}, single, labels),
+        ("f1_binary", {"positive": ["b"]}, binary, ("a", "b")), ("f1_macro", {}, multi, labels),
+        ("f1_micro", {}, multi, labels), ("accuracy", {}, multi, labels), ("entity_f1", {}, ner, ()),
+        ("entity_precision", {}, ner, ()), ("entity_recall", {}, ner, ()), ("pico_f1", {}, pico, ()),
+        ("pico_f1_outcomes", {}, pico, ()), ("pearson", {}, reg, ()), ("auroc_macro", {}, single, labels),
+        ("auroc_weighted", {}, single, labels), ("auroc_micro", {}, single, labels),
+        ("auroc_macro", {}, binary, ("a", "b")), ("auroc_macro", {}, multi, labels), ("ece", {}, single, labels),
+        ("recall@1", {}, retrieval, ()), ("recall@3", {}, retrieval, ()), ("mrr", {}, retrieval, ()),
+    ]
+
+
+def _reference(key, options, records, labels):
+    """The metric by kinject's own evaluator (the value metrics.json would hold)."""
+    from kinject.tasks.sequence import MetricRef, evaluate_all
+
+    metric = define(key, [], labels)
+    ref = MetricRef(name=metric.evaluator, options={**metric.options, **options})
+    if metric.evaluator in ("recall-at-k", "mrr"):
+        flags = [[pid in set(r["gold"]) for pid in r["ranking"]] for r in records]
+        return evaluate_all([ref], flags, [r["scores"] for r in records])[key]
+    scores = np.array([r["scores"] for r in records]) if "scores" in records[0] else None
+    return evaluate_all([ref], [r["gold"] for r in records], [r["pred"] for r in records], labels=list(labels),
+                        scores=scores)[key]
+
+
+def test_every_metric_recomputed_on_resamples_equals_its_evaluator():
+    from dataclasses import replace
+
+    rng = np.random.default_rng(3)
+    for key, options, records, labels in _cases(rng):
+        metric = define(key, [], labels)
+        metric = replace(metric, options={**metric.options, **options})
+        other = [{**r, "pred": ["zzz"] if isinstance(r["gold"], list) else "zzz"} if i == 0 and "ranking" not in r
+                 else r for i, r in enumerate(records)]  # another run predicting a label this one never does
+        scorer = scorer_for(metric, [records, other])
+        stats = scorer.stats(records)
+        for draw in range(3):
+            idx = rng.integers(0, len(records), len(records)) if draw else np.arange(len(records))
+            mine = float(scorer.value(stats[idx].T[:, None, :])[0])
+            expected = _reference(key, options, [records[i] for i in idx], labels)
+            assert mine == pytest.approx(expected, abs=1e-9), (key, options, draw)
+
+
+def test_seed_axis_and_batch_axis_are_independent():
+    rng = np.random.default_rng(5)
+    records = _classification(rng)
+    scorer = scorer_for(define("f1_macro"), [records])
+    stats = scorer.stats(records)
+    x = np.stack([stats, stats[::-1]], axis=-1)  # (n, d, 2 "seeds")
+    batch = np.moveaxis(x, 0, -1)[:, :, None, :].repeat(4, axis=2)  # (d, seeds, batch, n)
+    values = scorer.value(batch)
+    assert values.shape == (2, 4) and np.allclose(values, values[:, :1])
+
+
+def test_entity_f1_bootstrap_is_fast_on_5000_sentences():
+    rng = np.random.default_rng(0)
+    gold = [_tags(rng, int(rng.integers(5, 30))) for _ in range(5000)]
+
+    def noisy(tags):
+        return [t if rng.random() > 0.05 else str(rng.choice(["O", "B-X", "I-X"])) for t in tags]
+
+    a = {0: [{"id": str(i), "gold": g, "pred": noisy(g)} for i, g in enumerate(gold)]}
+    b = {0: [{"id": str(i), "gold": g, "pred": noisy(g)} for i, g in enumerate(gold)]}
+    start = time.perf_counter()
+    base, other = pair(define("entity_f1"), a, [b], n_resamples=2000)
+    assert time.perf_counter() - start < 15  # ~1.5 s on an idle core; generous for a shared 2-core machine
+    assert other["ci_low"] < other["difference"] < other["ci_high"]

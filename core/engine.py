@@ -28,6 +28,7 @@ from kinject.errors import KinjectError, SpecError
 from kinject.fingerprint import check_body, code_fingerprint, keyed_dump, stable_hash
 from kinject.interfaces import Environment, KnowledgeSource, Stage, StageContext, Strategy, Task, TaskGroup
 from kinject.registry import registry
+from kinject.results import summarize_seeds
 from kinject.spec import RunSpec, default_cache_dir, default_data_dir, validate_plugin_config
 
 __kinject_fingerprint__ = False  # orchestration: what it does to a stage is covered by CONTRACT below
@@ -441,26 +442,28 @@ def _collect(folder: Path, stage: Stage, state: dict) -> None:
 
 def execute(run: RunContext, output: Path) -> dict[str, Any]:
     """Run every stage and write ``output`` (run.json, metrics.json, model/, artifacts, kinject.log) atomically."""
+    from contextlib import ExitStack
+
     from transformers import set_seed
+
+    from kinject.io import atomic_directory
 
     if run.members:
         return execute_group(run, output)
     set_seed(run.spec.seed)
     resolved = resolved_spec(run.spec, run.task, run.strategy, run.sources)
     output = Path(output)
-    tmp = output.with_name(f".{output.name}.partial")  # a crashed run's leftovers are cleared here
-    handler = None
-    if is_main_process():
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        handler = logging.FileHandler(tmp / "kinject.log", encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(handler)
-        if logging.getLogger().level > logging.INFO or logging.getLogger().level == logging.NOTSET:
-            logging.getLogger().setLevel(logging.INFO)
     hooks = run.hooks()
-    try:
+    with ExitStack() as stack:
+        tmp = stack.enter_context(atomic_directory(output, replace=True)) if is_main_process() else None
+        if tmp is not None:
+            handler = logging.FileHandler(tmp / "kinject.log", encoding="utf-8")
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            logging.getLogger().addHandler(handler)
+            stack.callback(handler.close)
+            stack.callback(logging.getLogger().removeHandler, handler)
+            if logging.getLogger().level > logging.INFO or logging.getLogger().level == logging.NOTSET:
+                logging.getLogger().setLevel(logging.INFO)
         hooks.kinject_run_start(spec=resolved, run_dir=output)
         records = []
         state: dict[str, Any] = {"metrics": {}, "comparison": None, "model": None, "exports": []}
@@ -471,67 +474,32 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
         metrics = state["metrics"]
         if state["comparison"] is not None:
             metrics = {**metrics, "comparison": state["comparison"]}
-        if is_main_process():
-            info = {"spec": resolved, "command": run.command, "stages": records, "versions": _versions(),
-                    "git_sha": _git_sha(), "seed": run.spec.seed, "data": describe_data(run),
-                    "model_path": run.model_path, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-            (tmp / "run.json").write_text(json.dumps(info, indent=2, default=str))
-            (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2))
-            if state["model"] is not None:
-                shutil.copytree(state["model"], tmp / "model", copy_function=_link_or_copy)
-            for path in state["exports"]:  # stage artifacts a person reads (plots, masks, predictions)
-                if path.is_dir():
-                    shutil.copytree(path, tmp / path.name, copy_function=_link_or_copy, dirs_exist_ok=True)
-                else:
-                    _link_or_copy(str(path), str(tmp / path.name))
+        if tmp is not None:
+            _write_run_dir(tmp, run, resolved, records, metrics, state)
             hooks.kinject_run_end(spec=resolved, run_dir=output, metrics=metrics)
-            if handler is not None:
-                logging.getLogger().removeHandler(handler)
-                handler.close()
-                handler = None
-            if output.exists():
-                shutil.rmtree(output)
-            output.parent.mkdir(parents=True, exist_ok=True)
-            tmp.rename(output)
-        barrier()
-        return metrics
-    finally:
-        if handler is not None:
-            logging.getLogger().removeHandler(handler)
-            handler.close()
-        if is_main_process() and tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    barrier()
+    return metrics
 
 
-def summarize_repeats(per_seed: dict[int, dict]) -> dict[str, Any]:
-    """mean ± std (sample std, ddof=1) of every numeric value present for every seed, at any depth."""
-    import statistics
-
-    def walk(values: list[Any]) -> Any:
-        first = values[0]
-        if isinstance(first, dict):
-            out = {}
-            for name in first:
-                if all(isinstance(v, dict) and name in v for v in values):
-                    summary = walk([v[name] for v in values])
-                    if summary is not None:
-                        out[name] = summary
-            return out or None
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            series = [float(v) for v in values]
-            return {"mean": statistics.fmean(series), "std": statistics.stdev(series) if len(series) > 1 else 0.0,
-                    "n": len(series), "values": series}
-        return None
-
-    if not per_seed:
-        return {}
-    return walk(list(per_seed.values())) or {}
+def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, metrics: dict, state: dict) -> None:
+    info = {"spec": resolved, "command": run.command, "stages": records, "versions": _versions(),
+            "git_sha": _git_sha(), "seed": run.spec.seed, "data": describe_data(run),
+            "model_path": run.model_path, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (tmp / "run.json").write_text(json.dumps(info, indent=2, default=str))
+    (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    if state["model"] is not None:
+        shutil.copytree(state["model"], tmp / "model", copy_function=_link_or_copy)
+    for path in state["exports"]:  # stage artifacts a person reads (plots, masks, predictions)
+        if path.is_dir():
+            shutil.copytree(path, tmp / path.name, copy_function=_link_or_copy, dirs_exist_ok=True)
+        else:
+            _link_or_copy(str(path), str(tmp / path.name))
 
 
 def execute_repeats(runs: list[RunContext], output: Path) -> dict[str, Any]:
     """Run prepared runs that differ only in seed into ``output/seed-<s>`` and summarise them."""
     per_seed = {run.spec.seed: execute(run, Path(output) / f"seed-{run.spec.seed}") for run in runs}
-    summary = summarize_repeats(per_seed)
+    summary = summarize_seeds(per_seed)
     if is_main_process():
         (Path(output) / "metrics.json").write_text(json.dumps(summary, indent=2))
     return summary

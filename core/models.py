@@ -61,14 +61,11 @@ def build_tiny(directory: Path, layers: int = 2, heads: int = 4, hidden: int = 3
     torch.manual_seed(0)
     model = BertModel(config)
     torch.random.set_rng_state(state)
-    tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    try:
-        tmp.rename(directory)
-    except OSError:  # another process won the race
-        import shutil
-        shutil.rmtree(tmp, ignore_errors=True)
+    from kinject.io import atomic_directory
+
+    with atomic_directory(directory) as tmp:  # another process building the same model first wins
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
     return directory
 
 

@@ -13,20 +13,24 @@ def seed_stats(values: Sequence[float]) -> dict[str, Any]:
             "n": len(values), "values": values}
 
 
-def summarize_seeds(per_seed: dict[int, dict]) -> dict[str, dict[str, dict[str, Any]]]:
-    """split -> metric -> :func:`seed_stats`, for every numeric metric that every seed reports.
+def summarize_seeds(per_seed: dict[int, dict]) -> dict[str, Any]:
+    """:func:`seed_stats` of every numeric value that every seed reports, at any depth of the metrics.
 
-    ``per_seed``: seed -> {split: {metric: value}} (non-dict splits and non-numeric values are left out).
+    ``per_seed``: seed -> metrics ({split: {metric: value}}, or a task group's nested summary); values
+    that are not numbers (or missing for some seed) are left out.
     """
-    summary: dict[str, dict[str, dict[str, Any]]] = {}
-    first = next(iter(per_seed.values()), {})
-    for split, values in first.items():
-        if not isinstance(values, dict):
-            continue
-        summary[split] = {}
-        for name in values:
-            series = [m[split][name] for m in per_seed.values()
-                      if isinstance(m.get(split, {}).get(name), (int, float))]
-            if len(series) == len(per_seed):
-                summary[split][name] = seed_stats(series)
-    return summary
+    def walk(values: list[Any]) -> Any:
+        first = values[0]
+        if isinstance(first, dict):
+            out = {}
+            for name in first:
+                if all(isinstance(v, dict) and name in v for v in values):
+                    summary = walk([v[name] for v in values])
+                    if summary is not None:
+                        out[name] = summary
+            return out or None
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return seed_stats([float(v) for v in values])
+        return None
+
+    return (walk(list(per_seed.values())) or {}) if per_seed else {}

@@ -51,20 +51,11 @@ class LengthBucketSampler:
     def __iter__(self):
         import torch
 
-        n, bs = len(self.lengths), self.batch_size
-        perm = torch.randperm(n).tolist()  # global torch RNG: seeded by the Trainer, restored on resume
-        size = bs * max(1, self.megabatch_mult)
-        full, partial = [], []
-        for start in range(0, n, size):
-            mega = sorted(perm[start:start + size], key=lambda i: self.lengths[i], reverse=True)
-            for k in range(0, len(mega), bs):
-                (full if len(mega[k:k + bs]) == bs else partial).append(mega[k:k + bs])
-        order = torch.randperm(len(full)).tolist()
-        batches = [full[i] for i in order]
-        if batches:  # the longest batch first, so memory errors show up at once
-            longest = max(range(len(batches)), key=lambda b: self.lengths[batches[b][0]])
-            batches[0], batches[longest] = batches[longest], batches[0]
-        return iter([i for batch in batches + partial for i in batch])
+        from kinject.kg.batching import length_grouped_batches
+
+        batches = length_grouped_batches(self.lengths, self.batch_size, mega=self.megabatch_mult,
+                                         permutation=lambda n: torch.randperm(n).tolist())
+        return iter([i for batch in batches for i in batch])
 
 
 def with_length_buckets(trainer_cls):

@@ -121,8 +121,8 @@ def test_token_task_one_record_per_sentence(env, tokenizer):
         entity_types: ClassVar[tuple[str, ...]] = ("X", "Y")
 
         def examples(self, split, env):
-            return [{"id": f"s{i}", "words": ["w"] * (3 + i % 4), "tags": (["B-X", "I-X", "O", "B-Y", "O", "O"])[: 3 + i % 4]}
-                    for i in range(12)]
+            tags = ["B-X", "I-X", "O", "B-Y", "O", "O"]
+            return [{"id": f"s{i}", "words": ["w"] * (3 + i % 4), "tags": tags[: 3 + i % 4]} for i in range(12)]
 
     task = Tagging()
     examples = task.examples("test", env)
@@ -139,7 +139,8 @@ def test_pico_records_elements_per_word(env, tokenizer):
     from kinject.tasks.pico import EBMPicoTask
 
     task = EBMPicoTask()
-    examples = [{"id": f"{i}-0", "group": str(i), "words": ["a", "b", "c", "d"], "tags": ["B-PAR", "I-PAR", "O", "B-OUT"],
+    examples = [{"id": f"{i}-0", "group": str(i), "words": ["a", "b", "c", "d"],
+                 "tags": ["B-PAR", "I-PAR", "O", "B-OUT"],
                  "elements": [["participants"], ["participants", "outcomes"], [], ["outcomes"]]} for i in range(8)]
     features = task.featurize(tokenizer, examples, 16, env)
     logits = RNG.normal(size=(len(features), max(len(f["input_ids"]) for f in features), len(task.labels(env))))

@@ -86,7 +86,8 @@ def to_markdown(blocks: Sequence[Block]) -> str:
         elif isinstance(block, Code):
             out.append(_fence(block.text))
         elif isinstance(block, Details):
-            out.append(f"<details><summary>{html.escape(block.summary)}</summary>\n\n{_fence(block.text)}\n\n</details>")
+            out.append(f"<details><summary>{html.escape(block.summary)}</summary>\n\n{_fence(block.text)}\n\n"
+                       "</details>")
     return "\n\n".join(out) + "\n"
 
 

@@ -3,7 +3,7 @@ best spec. The search space and its validation are in :mod:`kinject.evidence.swe
 
 from __future__ import annotations
 
-import logging
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -14,14 +14,21 @@ from kinject.evidence.sweep import PruningReporter, Param, base_spec_data, load_
 
 __kinject_fingerprint__ = False  # orchestration: computes nothing a stage writes
 
-log = logging.getLogger("kinject")
 HEARTBEAT_S, GRACE_S = 60, 180  # a trial whose process died is failed (and retried) after GRACE_S
+
+
+def _quiet_optuna():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats
 
 
 def open_storage(url: str):
     """An optuna RDB storage with heartbeats; an unreachable or malformed URL -> one-line KinjectError."""
     import optuna
 
+    _quiet_optuna()
     try:
         return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
     except Exception as exc:  # noqa: BLE001 - sqlalchemy/driver errors of every kind mean "cannot use it"
@@ -140,7 +147,6 @@ def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, ou
     store = open_storage(storage) if storage else None
     output.mkdir(parents=True, exist_ok=True)
     store = store or open_storage(f"sqlite:///{(output / 'study.db').resolve()}")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(store, name, direction)
     study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials))  # reproducible per invocation
     queued = retry_failed(study)

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kinject.errors import KinjectError, SpecError
 from kinject.hooks import hookimpl
 

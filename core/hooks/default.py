@@ -13,8 +13,8 @@ log = logging.getLogger("kinject")
 
 @hookimpl
 def kinject_run_start(spec, run_dir):
-    log.info("run start: strategy=%s task=%s seed=%s -> %s", spec["strategy"]["name"], spec["task"]["name"],
-             spec["seed"], run_dir)
+    task = (spec.get("task") or {}).get("name", "(no task)")
+    log.info("run start: strategy=%s task=%s seed=%s -> %s", spec["strategy"]["name"], task, spec["seed"], run_dir)
 
 
 @hookimpl

@@ -1,30 +1,41 @@
-"""A teacher model for knowledge distillation (DoKTra): a Hugging Face hub id or a local directory."""
+"""A teacher model for knowledge distillation (DoKTra): a Hugging Face hub id, a local model directory, a
+kinject run directory (its ``model/``), or the named models ``minilm`` / ``tiny``."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 
 from kinject.errors import DataMissingError
 from kinject.interfaces import Environment, KnowledgeSource, PluginConfig
 
 
+def run_model_dir(path: Path) -> Path | None:
+    """The ``model/`` of a kinject run directory (one holding run.json), else None."""
+    if (path / "run.json").is_file() and (path / "model" / "config.json").is_file():
+        return path / "model"
+    return None
+
+
 class ModelSource(KnowledgeSource):
-    """Teacher model (HF id or directory, incl. 'minilm'/'tiny') whose predictions are distilled."""
+    """Teacher model (HF id, model or run directory, 'minilm'/'tiny') whose knowledge is distilled."""
 
     kind = "model"
 
     class Config(PluginConfig):
-        name: str = Field(..., description="HF model id, local directory, 'minilm' or 'tiny'.")
+        model: str = Field(..., validation_alias=AliasChoices("model", "name"),
+                           description="HF model id, local model directory, a kinject run directory (its model/ "
+                                       "is used), 'minilm' or 'tiny'.")
         revision: str | None = Field(None, description="Hub revision to pin (hub ids only).")
 
     def model_path(self, env: Environment) -> str:
+        """A directory or hub id ``from_pretrained`` accepts (KinjectError when a named directory is missing)."""
         from kinject.models import resolve_model
 
-        return resolve_model(self.config.name, env.cache_dir)
+        local = Path(self.config.model).expanduser()
+        found = run_model_dir(local) if local.is_dir() else None
+        return str(found.resolve()) if found else resolve_model(self.config.model, env.cache_dir)
 
     def check(self, env: Environment) -> None:
         from kinject.errors import KinjectError
@@ -32,7 +43,10 @@ class ModelSource(KnowledgeSource):
         try:
             path = self.model_path(env)
         except KinjectError as exc:
-            raise DataMissingError(f"teacher model: {exc}") from None
+            raise DataMissingError(f"teacher {exc}") from None
+        if Path(path).exists() and self.config.revision:
+            raise DataMissingError(f"teacher model {self.config.model!r}: revision {self.config.revision!r} pins a "
+                                   "hub revision, but this is a local directory")
         if not Path(path).exists() and env.offline:
             from huggingface_hub import try_to_load_from_cache
 
@@ -41,9 +55,8 @@ class ModelSource(KnowledgeSource):
                                        "HF_HUB_OFFLINE is set (download it once online, or pass a directory)")
 
     def fingerprint(self, env: Environment) -> str:
-        path = Path(self.model_path(env))
-        data: dict = {"name": self.config.name, "revision": self.config.revision}
-        if path.is_dir():  # a local model: its files' identity (size + mtime), not their bytes
-            data["files"] = sorted([p.name, p.stat().st_size, p.stat().st_mtime_ns]
-                                   for p in path.iterdir() if p.is_file())
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+        """What identifies the weights, as for the run's own model (package version, a local folder's file
+        stats, or the hub id and revision)."""
+        from kinject.refs import model_fingerprint
+
+        return model_fingerprint(self.config.model, self.model_path(env), self.config.revision)

@@ -1,0 +1,59 @@
+"""MoP's config: the partition (K, shuffle control, cross-part triples), the knowledge adapters (config, budget)
+and the downstream mixture (softmax / Gumbel / MoE, joint or fusion-only fine-tuning)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from kinject.interfaces import PluginConfig
+
+Mixture = Literal["softmax", "gumbel", "moe"]
+
+
+class MopConfig(PluginConfig):
+    partitions: int = Field(20, ge=2, description="K: METIS parts of the entity graph, one adapter each (paper: "
+                            "5/10/20/40, 20 best).")
+    mixture: Mixture = Field("softmax", description="How the K adapters are mixed in every layer: softmax "
+                             "(AdapterFusion, the paper's default), gumbel (Gumbel-softmax at temperature tau; "
+                             "deterministic softmax(scores/tau) at evaluation) or moe (noisy top-k with a "
+                             "load-balancing loss; no noise at evaluation).")
+    tau: float = Field(0.5, gt=0, description="Gumbel-softmax temperature (mixture: gumbel; paper: 0.1-0.75).")
+    top_k: int = Field(2, ge=1, description="Adapters mixed per token (mixture: moe; paper: 2-15). At most K.")
+    moe_loss_coef: float = Field(0.01, ge=0, description="Weight of the MoE load-balancing loss "
+                                 "(cv^2 of importance + cv^2 of load, Shazeer et al. 2017).")
+    finetune: Literal["joint", "fusion"] = Field(
+        "joint", description="Downstream training: joint (base model, adapters and fusion together, as the paper "
+        "did) or fusion (base and adapters frozen; fusion layers and the task head train).")
+    shuffle: float = Field(0.0, ge=0, le=1, description="Move this fraction of entities to random parts after "
+                           "METIS (the paper's Table 3 control; part sizes kept).")
+    cross_part: Literal["drop", "head"] = Field(
+        "drop", description="Triples whose head and tail fall in different parts: drop (the reference code) or "
+        "keep them in the head's part (its classifier then also covers those foreign tails).")
+    bidirectional: bool = Field(False, description="Also train head prediction: [CLS] r [SEP] t [SEP] -> h "
+                                "(the reference's --bi_direction).")
+    kg_seed: int = Field(1, description="Seed of the knowledge side: METIS, the shuffle, held-out triples and "
+                         "adapter training (reference: METIS seed 1). Independent of the run seed, so every task "
+                         "and seed reuses the same cached adapters.")
+    kg_max_triples: int | None = Field(None, ge=1, description="Use a seeded sample of about N triples of the "
+                                       "default HPO graph, or the first N of a configured source (None: all).")
+    kg_max_length: int = Field(64, ge=16, description="Tokens per KG sequence (reference: 64).")
+    adapter: str | dict[str, Any] = Field(
+        "seq_bn", description="Adapter config: an `adapters` bottleneck config name (seq_bn = Pfeiffer, "
+        "double_seq_bn = Houlsby, par_bn, ...) or a dict of its fields (e.g. {architecture: bottleneck, ...}).")
+    reduction_factor: float | None = Field(8, gt=0, description="Bottleneck reduction factor (reference: 8); "
+                                           "None keeps the adapter config's own.")
+    adapter_epochs: float = Field(2.0, gt=0, description="Epochs over each part's triples (reference: 1-2).")
+    adapter_max_steps: int = Field(-1, description="Cap on optimiser steps per part (-1: by epochs).")
+    adapter_learning_rate: float = Field(1e-4, gt=0, description="Adapter training peak learning rate (reference: "
+                                         "1e-4, AdamW, weight decay 0.01, warm-up 0.1).")
+    adapter_batch_size: int = Field(64, ge=1, description="Adapter training batch size (reference: 256 on KGs "
+                                    "with ~100k triples per part; smaller here so small parts get enough steps).")
+    heldout_fraction: float = Field(0.1, ge=0, lt=1, description="Fraction of each part's triples held out to "
+                                    "measure its adapter's accuracy (the paper's Fig. 2).")
+    baseline: bool = Field(True, description="Also fine-tune and evaluate the plain model (the `finetune` "
+                           "strategy's stages, shared cache) and compare MoP against it, paired.")
+    analysis: bool = Field(True, description="Write per-partition adapter accuracy and per-example mixture "
+                           "weights (JSON + PNG).")
+    mixture_examples: int = Field(200, ge=1, description="Evaluation examples whose mixture weights are recorded.")

@@ -1,0 +1,143 @@
+"""MoP step 2: one bottleneck adapter per partition, trained on entity prediction over that part's entities with the
+base model frozen.
+
+Input ``[CLS] h [SEP] r [SEP]`` (kinject.kg's "tail" rows, Arrow memory-mapped) -> softmax over the part's entities
+from the last layer's [CLS]; with ``bidirectional`` also ``[CLS] r [SEP] t [SEP]`` -> h (the reference code's
+head prediction). A fraction of the part's triples is held out to measure the adapter (the paper's Fig. 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .fusion import quiet_activation
+
+PART_DROPPED = -1  # triple_part value of a cross-part triple that no part keeps
+
+
+# -- which triples and entities belong to a part --------------------------------------------------------- #
+def assign_triples(parts: np.ndarray, head: np.ndarray, tail: np.ndarray, cross_part: str) -> np.ndarray:
+    """The part each triple trains in: its parts' common part, else the head's (``cross_part='head'``) or
+    :data:`PART_DROPPED`."""
+    ph, pt = parts[head], parts[tail]
+    return ph.astype(np.int32) if cross_part == "head" else np.where(ph == pt, ph, PART_DROPPED).astype(np.int32)
+
+
+def part_classes(parts: np.ndarray, part: int, head: np.ndarray, tail: np.ndarray, rows: np.ndarray,
+                 bidirectional: bool) -> np.ndarray:
+    """Sorted entity ids the part's classifier predicts: the part's entities, plus any foreign entity its triples
+    ask for (only when cross-part triples are kept)."""
+    targets = [np.flatnonzero(parts == part), tail[rows]]
+    if bidirectional:
+        targets.append(head[rows])
+    return np.unique(np.concatenate(targets)).astype(np.int64)
+
+
+def split_heldout(rows: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train rows, held-out rows), seeded; at least one training row when there is any."""
+    order = np.random.default_rng(seed).permutation(rows)
+    n_out = min(int(round(fraction * len(rows))), max(len(rows) - 1, 0))
+    return np.sort(order[n_out:]), np.sort(order[:n_out])
+
+
+def tail_features(data, rows: np.ndarray, classes: np.ndarray) -> list[dict]:
+    """The "tail" rows of ``rows`` with labels as indices into ``classes``."""
+    if not len(rows):
+        return []
+    subset = data.tail.select(rows.tolist())
+    local = np.searchsorted(classes, np.asarray(subset.data.column("labels").to_numpy(), dtype=np.int64))
+    out = subset.remove_columns(["labels"]).to_list()
+    for feature, label in zip(out, local.tolist()):
+        feature["labels"] = label
+    return out
+
+
+def head_features(data, rows: np.ndarray, classes: np.ndarray, tokenizer, max_length: int) -> list[dict]:
+    """``[CLS] r [SEP] t [SEP]`` -> index of h in ``classes`` for ``rows`` (tokenizer pair encoding)."""
+    if not len(rows):
+        return []
+    triples = data.triples.select(rows.tolist())
+    h, r, t = (np.asarray(triples.data.column(c).to_numpy(), dtype=np.int64) for c in ("head", "relation", "tail"))
+    encoded = tokenizer([data.relations[i] for i in r], [data.entities[i] for i in t], truncation="only_second",
+                        max_length=max_length)
+    labels = np.searchsorted(classes, h).tolist()
+    keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in encoded]
+    return [{**{k: encoded[k][i] for k in keys}, "labels": labels[i]} for i in range(len(labels))]
+
+
+# -- the model -------------------------------------------------------------------------------------------- #
+class EntityPredictor(nn.Module):
+    """An adapters-initialised encoder (one active adapter) with a linear head on the last layer's [CLS]."""
+
+    def __init__(self, encoder: nn.Module, num_classes: int):
+        super().__init__()
+        self.encoder = encoder
+        self.head = nn.Linear(encoder.config.hidden_size, max(num_classes, 1))
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
+        from transformers.modeling_outputs import SequenceClassifierOutput
+
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state[:, 0]
+        logits = self.head(hidden)
+        loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+    def state_dict(self, *args, **kwargs):
+        """Without the alias of the word embeddings that ``adapters.init`` adds (prompt tuning's
+        ``base_model_embeddings``): safetensors checkpoints refuse tensors that share memory."""
+        state = super().state_dict(*args, **kwargs)
+        for key in [k for k in state if ".prompt_tuning.base_model_embeddings." in k]:
+            del state[key]
+        return state
+
+
+def adapter_encoder(encoder, name: str, adapter_config: dict[str, Any]):
+    """``encoder`` with a new adapter ``name`` that alone trains (base frozen, adapter active)."""
+    import adapters
+    from adapters import AdapterConfig
+
+    adapters.init(encoder)
+    encoder.add_adapter(name, config=AdapterConfig.load(adapter_config))
+    with quiet_activation():
+        encoder.train_adapter(name)
+    return encoder
+
+
+def base_digest(encoder) -> str:
+    """sha256 over every base-model tensor (adapter weights excluded): equal digests = bit-identical weights."""
+    digest = hashlib.sha256()
+    for key, tensor in sorted(encoder.state_dict().items()):
+        if ".adapters." in f".{key}" or "adapter_fusion_layer" in key:
+            continue
+        digest.update(key.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+@torch.inference_mode()
+def ranking_accuracy(model: EntityPredictor, features: list[dict], collator, batch_size: int = 256,
+                     ks: tuple[int, ...] = (1, 10)) -> dict[str, float]:
+    """Accuracy@k of the gold class among the model's scores (batched; no full score matrix in memory)."""
+    if not features:
+        return {f"accuracy@{k}": float("nan") for k in ks} | {"n": 0}
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    hits = {k: 0 for k in ks}
+    for lo in range(0, len(features), batch_size):
+        batch = collator(features[lo:lo + batch_size])
+        labels = batch.pop("labels").to(device)
+        logits = model(**{k: v.to(device) for k, v in batch.items()}).logits
+        gold = logits.gather(1, labels.view(-1, 1))
+        rank = (logits > gold).sum(1)  # 0 = gold scored highest
+        for k in ks:
+            hits[k] += int((rank < k).sum())
+    model.train(was_training)
+    return {f"accuracy@{k}": hits[k] / len(features) for k in ks} | {"n": len(features)}

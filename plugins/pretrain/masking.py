@@ -1,0 +1,166 @@
+"""Packed MLM sequences and whole-word masking with 80/10/10 replacement.
+
+Packing: documents are tokenised (no special tokens) and laid end to end, a ``[SEP]`` after each document,
+cut into sequences of ``[CLS] ... [SEP]`` of at most ``max_length`` tokens at word boundaries (a word longer
+than a whole sequence is truncated). Each token carries its word's index within the sequence (-1 for
+special tokens), so a collator can mask whole words. Streams to an Arrow file: memory is flat in the
+corpus size.
+
+Masking (Gu et al. 2.3/2.4; BERT's 80/10/10 applied per word): every word is selected with probability
+``probability``; all tokens of a selected word become labels, and the word as a whole is replaced by
+``[MASK]`` (``mask_replace``), by random tokens (``random_replace``) or left as it is (the rest).
+transformers 4.57's ``DataCollatorForLanguageModeling(whole_word_mask=True)`` only runs with 100% [MASK],
+hence this collator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+
+SEP_WORD = -1  # word index of [CLS], [SEP] and padding
+
+
+def _words(ids: list[int], word_ids: list[int | None]) -> Iterator[list[int]]:
+    """The pieces of each word of one tokenised document, in order."""
+    current: list[int] = []
+    last = None
+    for token, word in zip(ids, word_ids):
+        if word != last and current:
+            yield current
+            current = []
+        current.append(token)
+        last = word
+    if current:
+        yield current
+
+
+class Packer:
+    """Fill ``[CLS] d1 [SEP] d2 [SEP] ...`` sequences of at most ``max_length`` tokens from documents."""
+
+    def __init__(self, tokenizer, max_length: int):
+        self.tokenizer = tokenizer
+        self.budget = max_length - 2  # room between [CLS] and the closing [SEP]
+        self.cls, self.sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+        self.ids: list[int] = []
+        self.words: list[int] = []
+        self.next_word = 0
+        self.documents = 0
+        self.truncated_words = 0
+
+    def _emit(self) -> dict | None:
+        if not self.ids:
+            return None
+        ids, words = self.ids, self.words
+        if ids[-1] == self.sep:  # the document separator doubles as the closing [SEP]
+            ids, words = ids[:-1], words[:-1]
+        row = {"input_ids": [self.cls, *ids, self.sep], "word_ids": [SEP_WORD, *words, SEP_WORD]}
+        self.ids, self.words, self.next_word = [], [], 0
+        return row
+
+    def add(self, texts: list[str]) -> Iterator[dict]:
+        """Sequences completed by these documents (a partial one is kept for the next call)."""
+        encoded = self.tokenizer(texts, add_special_tokens=False)
+        for i, ids in enumerate(encoded["input_ids"]):
+            if not ids:
+                continue
+            self.documents += 1
+            for pieces in _words(ids, encoded.word_ids(i)):
+                if len(self.ids) + len(pieces) > self.budget:
+                    row = self._emit()
+                    if row is not None:
+                        yield row
+                    if len(pieces) > self.budget:
+                        pieces = pieces[: self.budget]
+                        self.truncated_words += 1
+                self.ids.extend(pieces)
+                self.words.extend([self.next_word] * len(pieces))
+                self.next_word += 1
+            if len(self.ids) < self.budget:
+                self.ids.append(self.sep)
+                self.words.append(SEP_WORD)
+            else:
+                row = self._emit()
+                if row is not None:
+                    yield row
+
+    def finish(self) -> Iterator[dict]:
+        row = self._emit()
+        if row is not None:
+            yield row
+
+
+def pack_to_arrow(texts: Iterable[str], tokenizer, max_length: int, path: Path, batch: int = 1000) -> dict:
+    """Pack ``texts`` into ``path`` (an Arrow file ``datasets.Dataset.from_file`` memory-maps); returns counts."""
+    from datasets import Features, Sequence, Value
+    from datasets.arrow_writer import ArrowWriter
+
+    features = Features({"input_ids": Sequence(Value("int32")), "word_ids": Sequence(Value("int32"))})
+    packer = Packer(tokenizer, max_length)
+    sequences = tokens = 0
+    writer = ArrowWriter(features=features, path=str(path), writer_batch_size=1000)
+    try:
+        chunk: list[str] = []
+
+        def write(rows: Iterable[dict]) -> None:
+            nonlocal sequences, tokens
+            for row in rows:
+                writer.write(row)
+                sequences += 1
+                tokens += len(row["input_ids"])
+
+        for text in texts:
+            chunk.append(text)
+            if len(chunk) >= batch:
+                write(packer.add(chunk))
+                chunk = []
+        if chunk:
+            write(packer.add(chunk))
+        write(packer.finish())
+        writer.finalize()
+    finally:
+        writer.close()
+    return {"documents": packer.documents, "sequences": sequences, "tokens": tokens,
+            "truncated_words": packer.truncated_words, "max_length": max_length}
+
+
+class WholeWordMaskCollator:
+    """Pad packed rows and mask whole words: labels on every token of a selected word, -100 elsewhere."""
+
+    def __init__(self, tokenizer, probability: float = 0.15, mask_replace: float = 0.8, random_replace: float = 0.1,
+                 generator: torch.Generator | None = None):
+        self.pad, self.mask = tokenizer.pad_token_id, tokenizer.mask_token_id
+        self.probability, self.mask_replace, self.random_replace = probability, mask_replace, random_replace
+        special = set(tokenizer.all_special_ids)
+        self.replacements = torch.tensor([i for i in range(len(tokenizer)) if i not in special], dtype=torch.long)
+        self.generator = generator
+
+    def _rand(self, *shape: int) -> torch.Tensor:
+        return torch.rand(*shape, generator=self.generator)
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
+        longest = max(len(f["input_ids"]) for f in features)
+        ids = torch.full((len(features), longest), self.pad, dtype=torch.long)
+        words = torch.full((len(features), longest), SEP_WORD, dtype=torch.long)
+        attention = torch.zeros((len(features), longest), dtype=torch.long)
+        for row, f in enumerate(features):
+            n = len(f["input_ids"])
+            ids[row, :n] = torch.as_tensor(f["input_ids"], dtype=torch.long)
+            words[row, :n] = torch.as_tensor(f["word_ids"], dtype=torch.long)
+            attention[row, :n] = 1
+        is_word = words >= 0
+        index = words.clamp(min=0)
+        chosen = self._rand(*ids.shape) < self.probability  # one draw per word slot (word index < length)
+        selected = chosen.gather(1, index) & is_word
+        if not selected.any():  # never a batch without a target: the first word of every row
+            selected = is_word & (words == 0)
+        labels = torch.where(selected, ids, torch.full_like(ids, -100))
+        action = self._rand(*ids.shape).gather(1, index)  # one draw per word: mask / random / keep
+        to_mask = selected & (action < self.mask_replace)
+        to_random = selected & (action >= self.mask_replace) & (action < self.mask_replace + self.random_replace)
+        ids = ids.masked_fill(to_mask, self.mask)
+        picks = torch.randint(len(self.replacements), (int(to_random.sum()),), generator=self.generator)
+        ids[to_random] = self.replacements[picks]
+        return {"input_ids": ids, "attention_mask": attention, "labels": labels}

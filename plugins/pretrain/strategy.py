@@ -1,0 +1,180 @@
+"""The `pretrain` strategy: domain-specific pretraining (Gu et al., PubMedBERT) - an in-domain corpus, an
+optional in-domain WordPiece vocabulary, whole-word-masking MLM from scratch or continual - then, with a
+task, fine-tuning the result against fine-tuning the base model, paired on the same test examples.
+
+Stages: ``pretrain-corpus`` -> ``pretrain-vocab`` (vocab=train) -> ``pretrain-pack`` (+ ``pretrain-pack-base``
+when the head fit needs the base vocabulary) -> ``pretrain-head`` (only when the base model ships no MLM head)
+-> ``pretrain-mlm`` -> ``pretrain-evaluate`` (held-out perplexity vs the base model); with a task:
+``finetune`` + ``evaluate`` (the baseline, shared with the finetune strategy's cache), ``pretrain-finetune`` +
+``pretrain-task-evaluate``, ``pretrain-compare``, ``pretrain-report``. The run's ``model/`` is the pretrained
+masked-LM (a task model stays in the stage cache), so other strategies take ``--model <run>/model``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from kinject.errors import SpecError
+from kinject.interfaces import Stage, Strategy
+
+from .config import PretrainConfig
+from .stages import (CorpusStageConfig, MaskingConfig, MlmConfig, PackConfig, PerplexityConfig, ReportConfig,
+                     VocabConfig, corpus_body, mlm_body, pack_body, perplexity_body, report_body, vocab_body)
+
+
+class PretrainStrategy(Strategy):
+    """Domain pretraining: in-domain corpus and vocabulary, whole-word-masking MLM (scratch or continual)."""
+
+    Config: ClassVar = PretrainConfig
+    consumes: ClassVar[frozenset[str]] = frozenset({"corpus"})
+    needs_task: ClassVar[bool] = False
+
+    # -- validation (runs in prepare, before any stage) ----------------------------------------- #
+    def validate(self, run) -> None:
+        super().validate(run)
+        cfg = self.config
+        if len(run.sources) > 1:
+            raise SpecError(f"sources: pretrain reads one corpus source; put every path and task into one "
+                            f"(got {len(run.sources)} sources)")
+        self._source(run)
+        if cfg.until == "corpus":
+            return
+        if cfg.vocabulary() == "train" and cfg.vocab_size < cfg.min_vocab_size():
+            raise SpecError(f"strategy.vocab_size: {cfg.vocab_size} cannot hold the alphabet: up to "
+                            f"strategy.vocab_alphabet_limit={cfg.vocab_alphabet_limit} characters, each also as a "
+                            f"##continuation, plus 5 special tokens = {cfg.min_vocab_size()}; raise vocab_size or "
+                            "lower vocab_alphabet_limit")
+        tokenizer = run.model_ref().load_tokenizer()
+        if not tokenizer.is_fast:
+            raise SpecError(f"model.name: {run.spec.model.name!r} has no fast tokenizer (whole-word masking needs "
+                            "word ids and offsets)")
+        if cfg.until == "vocab":
+            return
+        from .mlm import usable_positions
+
+        config = self._base_config(run)
+        shape = cfg.scratch
+        if cfg.init == "scratch":
+            hidden = shape.hidden or config.hidden_size
+            heads = shape.heads or config.num_attention_heads
+            if hidden % heads:
+                raise SpecError(f"strategy.scratch: hidden size {hidden} is not a multiple of {heads} heads")
+        positions = shape.positions if cfg.init == "scratch" and shape.positions else usable_positions(config)
+        if run.spec.model.max_length > positions:
+            where = "strategy.scratch.positions" if cfg.init == "scratch" and shape.positions else \
+                f"model {run.spec.model.name!r}"
+            raise SpecError(f"model.max_length: {run.spec.model.max_length} is beyond the {positions} positions of "
+                            f"{where}")
+
+    def _base_config(self, run):
+        from transformers import AutoConfig
+
+        ref = run.model_ref()
+        return AutoConfig.from_pretrained(ref.path, revision=ref.revision)
+
+    def _source(self, run):
+        """The run's corpus source reference (default: the train/dev text of every task in the data dir)."""
+        if "source" not in self.__dict__:
+            from kinject.refs import SourceRef
+            from kinject.sources.corpus import CorpusSource
+
+            if run.sources:
+                source, ref = run.sources[0], run.source_refs()[0]
+            else:
+                source = CorpusSource(tasks=["all"])
+                source.check(run.env)
+                ref = SourceRef.of(source, dataclasses.replace(run.env, limit=None))
+            self.__dict__["source"] = (ref, tuple(source.task_modules(run.env)))
+        return self.__dict__["source"]
+
+    # -- stage builders ------------------------------------------------------------------------ #
+    def _needs_head(self, run) -> bool:
+        if self.config.head_steps == 0:
+            return False
+        if "needs_head" not in self.__dict__:
+            from .mlm import load_mlm
+
+            ref = run.model_ref()
+            self.__dict__["needs_head"] = bool(load_mlm(ref.path, ref.revision, ref.attn_implementation)[1])
+        return self.__dict__["needs_head"]
+
+    def _mlm_config(self, run, mode: str, steps: int, learning_rate: float, pack: str, vocab_stage: str | None,
+                    start_stage: str | None) -> MlmConfig:
+        cfg, training = self.config, run.spec.training
+        spec = training.for_training().model_copy(update=dict(
+            epochs=1.0, max_steps=steps, learning_rate=learning_rate, batch_size=cfg.mlm_batch_size,
+            gradient_accumulation_steps=cfg.mlm_gradient_accumulation, warmup_ratio=cfg.mlm_warmup_ratio,
+            group_by_length=False, eval_steps=None))
+        return MlmConfig(model=run.model_ref(), mode=mode, scratch=cfg.scratch.model_dump() if mode == "scratch" else {},
+                         vocab_stage=vocab_stage, start_stage=start_stage, pack_stage=pack,
+                         max_length=run.spec.model.max_length, training=spec, seed=cfg.mlm_seed,
+                         masking=MaskingConfig(probability=cfg.mlm_probability, mask_replace=cfg.mask_replace,
+                                               random_replace=cfg.random_replace))
+
+    def pretraining_stages(self, run) -> list[Stage]:
+        """corpus -> vocab -> pack -> head -> mlm -> evaluate (as far as ``until`` goes)."""
+        from kinject.refs import TaskRef
+
+        cfg = self.config
+        source, modules = self._source(run)
+        exclude = []
+        if run.task is not None:  # the run's own test text, read in full whatever --limit says
+            full = dataclasses.replace(run.env, limit=None)
+            exclude = [TaskRef(**TaskRef.of(run.task, full).model_dump())]
+        stages = [Stage(name="pretrain-corpus", body=corpus_body, code=modules, artifacts=("corpus.json",),
+                        config=CorpusStageConfig(source=source, exclude=exclude, heldout_fraction=cfg.heldout_fraction,
+                                                 heldout_max_texts=cfg.heldout_max_texts))]
+        if cfg.until == "corpus":
+            return stages
+        vocab = "pretrain-vocab" if cfg.vocabulary() == "train" else None
+        max_length = run.spec.model.max_length
+        if vocab:
+            stages.append(Stage(name=vocab, body=vocab_body, inputs=("pretrain-corpus",), artifacts=("tokenizer",),
+                                config=VocabConfig(size=cfg.vocab_size, min_frequency=cfg.vocab_min_frequency,
+                                                   alphabet_limit=cfg.vocab_alphabet_limit,
+                                                   lowercase=cfg.vocab_lowercase, model_max_length=max_length)))
+        if cfg.until == "vocab":
+            return stages
+        stages.append(Stage(name="pretrain-pack", body=pack_body, inputs=("pretrain-corpus", *(vocab and [vocab] or [])),
+                            config=PackConfig(model=None if vocab else run.model_ref(), vocab_stage=vocab,
+                                              max_length=max_length)))
+        head = "pretrain-head" if self._needs_head(run) else None
+        if head:
+            pack = "pretrain-pack"
+            if vocab:
+                pack = "pretrain-pack-base"
+                stages.append(Stage(name=pack, body=pack_body, inputs=("pretrain-corpus",),
+                                    config=PackConfig(model=run.model_ref(), max_length=max_length)))
+            stages.append(Stage(name=head, body=mlm_body, inputs=(pack,), config=self._mlm_config(
+                run, "head", cfg.head_steps, cfg.head_learning_rate, pack, None, None)))
+        start = head if cfg.init == "continual" else None
+        stages.append(Stage(name="pretrain-mlm", body=mlm_body, produces_model=True,
+                            inputs=tuple(s for s in ("pretrain-pack", vocab, start) if s),
+                            config=self._mlm_config(run, cfg.init, cfg.mlm_steps, cfg.mlm_learning_rate,
+                                                    "pretrain-pack", vocab, start)))
+        stages.append(Stage(name="pretrain-evaluate", body=perplexity_body,
+                            inputs=tuple(s for s in ("pretrain-corpus", "pretrain-mlm", head) if s),
+                            config=PerplexityConfig(reference=run.model_ref(), reference_stage=head,
+                                                    max_length=max_length, probability=cfg.mlm_probability,
+                                                    texts=cfg.eval_max_texts,
+                                                    batch_size=run.spec.training.eval_batch_size)))
+        return stages
+
+    def stages(self, run) -> list[Stage]:
+        from kinject.stages import compare_stage, evaluate_stage, finetune_stage
+
+        stages = self.pretraining_stages(run)
+        if run.task is None or self.config.until != "all":
+            return stages
+        # the task models stay in the cache: the run's model/ is the pretrained encoder
+        stages += [dataclasses.replace(finetune_stage(run), produces_model=False),
+                   evaluate_stage(run, "finetune", export=False),
+                   dataclasses.replace(finetune_stage(run, "pretrain-finetune", init_from="pretrain-mlm"),
+                                       produces_model=False),
+                   evaluate_stage(run, "pretrain-finetune", name="pretrain-task-evaluate"),
+                   compare_stage(run, baseline="evaluate", other="pretrain-task-evaluate", name="pretrain-compare",
+                                 labels=(run.spec.model.name, f"pretrain-{self.config.init}")),
+                   Stage(name="pretrain-report", body=report_body, inputs=("pretrain-evaluate", "pretrain-task-evaluate"),
+                         config=ReportConfig(perplexity_stage="pretrain-evaluate", task_stage="pretrain-task-evaluate"))]
+        return stages

@@ -1,0 +1,43 @@
+"""Run directories built by hand for the evidence tests (imported as ``from evidence_runs import ...``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def make_run(folder: Path, records: list[dict], *, task: dict | None = None, seed: int = 42, split: str = "test",
+             metrics: dict | None = None, labels: tuple[str, ...] = ("bio", "other"), strategy: str = "finetune",
+             model: str = "tiny") -> Path:
+    """A run directory as ``kinject run`` writes it: run.json, metrics.json, predictions/<split>.jsonl and
+    model/config.json (the head's id2label)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    task = task or {"name": "textcls", "path": "/nowhere"}
+    spec = {"model": {"name": model}, "task": task, "strategy": {"name": strategy}, "sources": [],
+            "training": {"epochs": 1.0}, "seed": seed}
+    info = {"spec": spec, "command": ["kinject", "run", strategy, "--task", task["name"], "--seed", str(seed)],
+            "stages": [], "versions": {"kinject": "0.1.0", "torch": "2.x"}, "git_sha": "abc123", "seed": seed,
+            "data": f"{task['name']}:/nowhere", "model_path": model, "created": "2026-01-01T00:00:00+0000"}
+    (folder / "run.json").write_text(json.dumps(info))
+    (folder / "metrics.json").write_text(json.dumps(metrics or {}))
+    (folder / "predictions").mkdir(exist_ok=True)
+    (folder / "predictions" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (folder / "model").mkdir(exist_ok=True)
+    (folder / "model" / "config.json").write_text(json.dumps({"id2label": {str(i): x for i, x in enumerate(labels)}}))
+    return folder
+
+
+def classification_records(n: int, correct: int, offset: int = 0) -> list[dict]:
+    """``n`` examples (gold bio/other alternating); the first ``correct`` after ``offset`` are predicted right."""
+    out = []
+    for i in range(n):
+        gold = "bio" if i % 2 == 0 else "other"
+        right = offset <= i < offset + correct
+        pred = gold if right else ("other" if gold == "bio" else "bio")
+        scores = [0.1, 0.2] if pred == "other" else [0.2, 0.1]
+        out.append({"id": f"test-{i}", "gold": gold, "pred": pred, "scores": scores})
+    return out
+
+
+def accuracy(records: list[dict]) -> float:
+    return sum(r["gold"] == r["pred"] for r in records) / len(records)

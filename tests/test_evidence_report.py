@@ -1,0 +1,102 @@
+"""`kinject report`: one Markdown page and one self-contained HTML page with every section, written atomically."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+
+from evidence_runs import accuracy, classification_records, make_run
+from helpers import run_kinject as kinject
+
+SECTIONS = ("## Runs", "## Results", "## Paired comparisons", "## Reported in the papers", "## Plots",
+            "## Commands and versions")
+
+
+def _png(path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.imshow([[0, 1], [1, 0]])
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+@pytest.fixture
+def runs(tmp_path):
+    for name, correct in (("base", 20), ("better", 30)):
+        for seed in (1, 2):
+            records = classification_records(40, correct + seed)
+            make_run(tmp_path / name / f"seed-{seed}", records, seed=seed,
+                     metrics={"test": {"accuracy": accuracy(records), "f1_macro": 0.5}})
+    make_run(tmp_path / "nopreds", classification_records(40, 10), metrics={"test": {"accuracy": 0.25}})
+    (tmp_path / "nopreds" / "predictions" / "test.jsonl").unlink()
+    capr = [{"id": f"q{i}", "gold": ["p0"], "ranking": ["p0", "p1"] if i % 2 else ["p1", "p0"], "scores": [1.0, 0.0],
+             "pred": "p0" if i % 2 else "p1"} for i in range(10)]
+    run = make_run(tmp_path / "capr", capr, task={"name": "capr", "dataset": "medquad"}, strategy="kimera",
+                   metrics={"test": {"recall@1": 0.5, "mrr": 0.75}}, labels=("irrelevant", "relevant"))
+    _png(run / "plots" / "mask.png")
+    _png(run / "model" / "ignored.png")  # not a plot of the run
+    return tmp_path
+
+
+def test_report_has_every_section_in_markdown_and_html(runs, tmp_path, capsys):
+    out = tmp_path / "report"
+    args = [str(runs / name) for name in ("base", "better", "nopreds", "capr")]
+    assert kinject("report", *args, "-o", str(out)) == 0
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    for heading in SECTIONS:
+        assert heading in md and f"<h2>{heading[3:]}" in html, heading
+    # comparisons: the textcls pair, with the baseline first; the run without predictions named
+    assert "| run | seeds | accuracy | Δ vs baseline | 95% CI | t-test p | Wilcoxon p |" in md
+    assert re.search(rf"\| {re.escape(str(runs / 'better'))} \| 2 \| 0.7875 \| \+0.2500 \| \[\+0\.\d+, \+0\.\d+\] "
+                     r"\| - \| 0.5 \|", md)  # equal per-seed differences: no t-test; Wilcoxon exact 2/2**2
+    assert f"Without test predictions (not compared): {runs / 'nopreds'}." in md
+    # the papers' figures beside ours (KIMERA Table 1, MedQuAD R@1; ours x 100)
+    assert "| kimera: Table 1 (test; cross-encoder CAPR, left; clinical outcome prediction AUROC, right) | " \
+           "KIMERA hard-mask | MedQuAD | recall@1 | 71.94 |" in md
+    assert f"| kinject: {runs / 'capr'} | tiny | kimera, 1 seed(s), test | recall@1 | 50.00 |" in md
+    assert "HealthQA" not in md  # a jsonl-dataset figure does not match a medquad run
+    # plots: copied beside the Markdown, embedded in the HTML; the model folder's image is no plot
+    assert (out / "images" / "000-mask.png").exists() and "](images/000-mask.png)" in md
+    encoded = base64.b64encode((runs / "capr" / "plots" / "mask.png").read_bytes()).decode()
+    assert f"data:image/png;base64,{encoded}" in html and 'src="images/' not in html and "ignored.png" not in md
+    # each run's command and versions
+    assert "kinject run finetune --task textcls --seed 2" in md and "kinject 0.1.0, torch 2.x" in md
+    assert (out / "comparisons.json").exists()
+
+
+def test_report_is_replaced_whole_and_never_overwrites_other_folders(runs, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert kinject("report", str(runs / "base"), "-o", str(out)) == 0
+    assert "Fewer than two runs with predictions" in (out / "report.md").read_text()
+    assert kinject("report", str(runs / "base"), str(runs / "better"), "-o", str(out)) == 0
+    assert "Fewer than two" not in (out / "report.md").read_text()
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep")
+    capsys.readouterr()
+    assert kinject("report", str(runs / "base"), "-o", str(other)) == 2
+    assert "not a kinject report folder" in capsys.readouterr().err
+    assert [p.name for p in other.iterdir()] == ["notes.txt"]
+    assert kinject("report", str(tmp_path / "nothing"), "-o", str(tmp_path / "r2")) == 2
+    assert not (tmp_path / "r2").exists() and not list(tmp_path.glob(".r2*"))
+
+
+def test_task_group_folder_expands_to_its_members(tmp_path):
+    from kinject.evidence.runs import find_runs
+
+    make_run(tmp_path / "blurb" / "bc5chem", [{"id": "s0", "gold": ["O"], "pred": ["O"]}], task={"name": "bc5chem"})
+    make_run(tmp_path / "blurb" / "hoc", [{"id": "1", "gold": [], "pred": []}], task={"name": "hoc"})
+    assert [s.task for s in find_runs([str(tmp_path / "blurb")], groups=True)] == ["bc5chem", "hoc"]
+    from kinject.errors import KinjectError
+
+    with pytest.raises(KinjectError, match="a folder of 2 runs"):
+        find_runs([str(tmp_path / "blurb")])

@@ -1,0 +1,187 @@
+"""MoP mixtures on the adapters library (tiny model): softmax / Gumbel / MoE weights, the losses added to training,
+save -> load -> same logits, and the frozen base during partition-adapter training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+K = 4
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model):
+    from kinject.models import load_tokenizer
+
+    return load_tokenizer(tiny_model)
+
+
+@pytest.fixture(scope="module")
+def adapter_dirs(tiny_model, tmp_path_factory):
+    """K trained-looking partition adapters (random, non-zero up projections) saved with save_adapter."""
+    import adapters
+    from adapters import SeqBnConfig
+    from transformers import AutoModel
+
+    root = tmp_path_factory.mktemp("mop-adapters")
+    encoder = AutoModel.from_pretrained(tiny_model)
+    adapters.init(encoder)
+    torch.manual_seed(0)
+    out = []
+    for i in range(K):
+        name = f"part-{i}"
+        encoder.add_adapter(name, config=SeqBnConfig(reduction_factor=8))
+        for n, p in encoder.named_parameters():
+            if f".adapters.{name}." in n:
+                torch.nn.init.normal_(p, std=0.3)
+        encoder.save_adapter(str(root / name), name, use_safetensors=True)
+        out.append(root / name)
+    return out
+
+
+def fused(tiny_model, adapter_dirs, mixture="softmax", joint=True, **settings):
+    from kinject.interfaces import Head
+    from kinject.plugins.mop.fusion import attach_partition_adapters
+    from kinject.stages import build_task_model
+
+    model = build_task_model(tiny_model, Head("sequence", 2), seed=0)
+    torch.manual_seed(0)
+    mix = {"mixture": mixture, "tau": settings.get("tau", 1.0), "top_k": settings.get("top_k", 2),
+           "loss_coef": settings.get("loss_coef", 0.01)}
+    fuse = attach_partition_adapters(model, adapter_dirs, mix, joint)
+    return model, fuse, mix
+
+
+def batch(tokenizer, labels=True):
+    out = tokenizer(["gene expression in tumor cells", "the drug dose", "a cat sat on the mat today"],
+                    padding=True, return_tensors="pt")
+    if labels:
+        out["labels"] = torch.tensor([0, 1, 1])
+    return dict(out)
+
+
+def weights(model, inputs) -> torch.Tensor:
+    out = model(**{k: v for k, v in inputs.items() if k != "labels"}, output_adapter_fusion_attentions=True)
+    layers = out.adapter_fusion_attentions[model.active_adapters.name]
+    return torch.stack([torch.as_tensor(layers[i]["output_adapter"]) for i in sorted(layers)])  # L, B, T, K
+
+
+def test_softmax_weights_sum_to_one_and_every_part_counts(tiny_model, adapter_dirs, tokenizer):
+    model, fuse, _ = fused(tiny_model, adapter_dirs)
+    model.eval()
+    w = weights(model, batch(tokenizer))
+    assert w.shape[-1] == K and fuse.name == "part-0,part-1,part-2,part-3"
+    assert torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5)
+    assert (w > 0).all()
+
+
+def test_gumbel_is_near_one_hot_at_small_tau_and_deterministic_at_eval(tiny_model, adapter_dirs, tokenizer):
+    from kinject.plugins.mop.fusion import GumbelFusion, fusion_layers
+
+    model, fuse, _ = fused(tiny_model, adapter_dirs, "gumbel", tau=0.01)
+    assert all(isinstance(layer, GumbelFusion) for _, layer in fusion_layers(model, fuse.name))
+    inputs = batch(tokenizer)
+    model.train()
+    torch.manual_seed(1)
+    w = weights(model, inputs)
+    assert torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-4)
+    assert (w.max(-1).values > 0.99).float().mean() > 0.95  # (nearly) one-hot
+    torch.manual_seed(2)
+    assert not torch.equal(w, weights(model, inputs))  # sampled while training
+    model.eval()
+    torch.manual_seed(3)
+    a = weights(model, inputs)
+    torch.manual_seed(4)
+    assert torch.equal(a, weights(model, inputs))  # no noise at evaluation
+
+
+def test_moe_keeps_exactly_k_per_token_and_its_balancing_loss_reaches_the_training_loss(
+        tiny_model, adapter_dirs, tokenizer, tmp_path):
+    from transformers import TrainingArguments
+
+    from kinject.plugins.mop.fusion import MoEFusion, fusion_layers, fusion_losses, mixture_trainer_class
+
+    model, fuse, _ = fused(tiny_model, adapter_dirs, "moe", top_k=2, loss_coef=0.5)
+    layers = [layer for _, layer in fusion_layers(model, fuse.name)]
+    assert len(layers) == 2 and all(isinstance(layer, MoEFusion) for layer in layers)
+    inputs = batch(tokenizer)
+    for mode in (True, False):
+        model.train(mode)
+        w = weights(model, inputs)
+        assert ((w > 0).sum(-1) == 2).all()  # exactly k adapters per token, noisy or not
+        assert torch.allclose(w.sum(-1), torch.ones(w.shape[:-1]), atol=1e-5)
+    model.eval()
+    assert torch.equal(weights(model, inputs), weights(model, inputs))
+    assert all(layer.aux_loss is None or layer.aux_loss.requires_grad for layer in layers)
+
+    trainer = mixture_trainer_class()(model=model, args=TrainingArguments(str(tmp_path), report_to=[], use_cpu=True))
+    model.train()
+    torch.manual_seed(5)
+    total = trainer.compute_loss(model, dict(inputs))
+    torch.manual_seed(5)
+    task = model(**inputs).loss
+    aux = sum(layer.aux_loss for layer in layers)
+    reg = model.get_fusion_regularization_loss()
+    assert float(aux.detach()) > 0 and reg is not None
+    assert torch.allclose(total, task + reg + aux, rtol=1e-5)
+    assert fusion_losses(model) is not None and all(layer.aux_loss is None for layer in layers)  # consumed once
+
+
+@pytest.mark.parametrize("mixture", ["softmax", "moe"])
+def test_saved_model_reloads_to_identical_logits(tiny_model, adapter_dirs, tokenizer, tmp_path, mixture):
+    import adapters
+    from adapters import Fuse
+    from transformers import BertForSequenceClassification
+
+    from kinject.plugins.mop.fusion import load_fused_model, save_fused_model
+
+    model, fuse, mix = fused(tiny_model, adapter_dirs, mixture, top_k=3)
+    with torch.no_grad():  # make the trained parts non-trivial
+        for name, p in model.named_parameters():
+            if "adapter_fusion_layer" in name or "classifier" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+    model.eval()
+    inputs = batch(tokenizer, labels=False)
+    expected = model(**inputs).logits
+    save_fused_model(model, tokenizer, tmp_path / "model", fuse, mix)
+    loaded = load_fused_model(tmp_path / "model")
+    assert torch.equal(loaded(**inputs).logits, expected)
+    if mixture == "softmax":  # the plain documented adapters API is enough
+        plain = adapters.load_model(str(tmp_path / "model"), BertForSequenceClassification)
+        plain.set_active_adapters(Fuse(*[f"part-{i}" for i in range(K)]))
+        assert torch.equal(plain.eval()(**inputs).logits, expected)
+
+
+def test_fusion_only_training_freezes_base_and_adapters(tiny_model, adapter_dirs):
+    model, _, _ = fused(tiny_model, adapter_dirs, joint=False)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("adapter_fusion_layer" in n or n.startswith("classifier") for n in trainable)
+    model, _, _ = fused(tiny_model, adapter_dirs, joint=True)
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenizer, tmp_path):
+    from kinject.kg.batching import KGCollator
+    from kinject.models import load_encoder
+    from kinject.plugins.mop.knowledge import EntityPredictor, adapter_encoder, base_digest
+    from kinject.spec import TrainingSpec
+    from kinject.training import train
+
+    from adapters import SeqBnConfig
+
+    encoder = adapter_encoder(load_encoder(tiny_model), "part-0", SeqBnConfig(reduction_factor=8).to_dict())
+    model = EntityPredictor(encoder, 5)
+    before = {k: v.clone() for k, v in encoder.state_dict().items()}
+    digest = base_digest(encoder)
+    rows = tokenizer(["gene", "drug dose", "tumor cells", "protein level"] * 4, ["causes"] * 16)
+    features = [{"input_ids": ids, "attention_mask": m, "token_type_ids": t, "labels": i % 5}
+                for i, (ids, m, t) in enumerate(zip(rows["input_ids"], rows["attention_mask"], rows["token_type_ids"]))]
+    stats = train(model, features, KGCollator(tokenizer), TrainingSpec(epochs=2, batch_size=4, learning_rate=1e-2),
+                  tmp_path, seed=0)
+    assert stats["global_step"] == 8
+    after = encoder.state_dict()
+    adapter_keys = [k for k in after if ".adapters.part-0." in k]
+    assert adapter_keys and any(not torch.equal(before[k], after[k]) for k in adapter_keys)  # the adapter learned
+    assert all(torch.equal(before[k], after[k]) for k in after if k not in adapter_keys)  # the base did not move
+    assert base_digest(encoder) == digest
+

@@ -1,0 +1,207 @@
+"""The `mop` strategy (tiny model, a 3-cluster toy KG): bad input fails before any stage, the stage plan and its
+keys, the partition and each part's classifier, and one end-to-end run with its analysis artifacts."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import run_kinject
+
+from kinject.errors import SpecError
+
+
+def write_kg(path: Path, clusters: int = 3, size: int = 8, rows: int = 40, seed: int = 0) -> Path:
+    """``clusters`` groups of ``size`` entities, ``rows`` triples inside each, one bridge triple between two."""
+    rng = random.Random(seed)
+    words = "gene protein cell drug dose disease cancer tumor level risk".split()
+    with open(path, "w", encoding="utf-8") as handle:
+        for g in range(clusters):
+            names = [f"{words[(g * 3 + i) % len(words)]} {g}{i}" for i in range(size)]
+            for _ in range(rows):
+                a, b = rng.sample(names, 2)
+                handle.write(f"{a}\t{rng.choice(['causes', 'treats', 'is a'])}\t{b}\n")
+        handle.write(f"{words[0]} 00\tcauses\t{words[3]} 10\n")
+    return path
+
+
+@pytest.fixture
+def kg_file(tmp_path) -> Path:
+    return write_kg(tmp_path / "kg.tsv")
+
+
+def spec(tmp_path, textcls_dir, kg: Path | None, **strategy) -> dict:
+    return {"model": {"name": "tiny", "max_length": 32}, "task": {"name": "textcls", "path": str(textcls_dir)},
+            "strategy": {"name": "mop", "partitions": 3, "adapter_epochs": 1, "adapter_batch_size": 16, **strategy},
+            "sources": [{"name": "triples", "path": str(kg)}] if kg else [],
+            "training": {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3},
+            "cache_dir": str(tmp_path / "cache"), "data_dir": str(tmp_path)}
+
+
+def prepared(tmp_path, textcls_dir, kg, **strategy):
+    from kinject.engine import prepare
+    from kinject.spec import build_spec
+
+    return prepare(build_spec(spec(tmp_path, textcls_dir, kg, **strategy)))
+
+
+# -- bad input: one line, exit 2, nothing written, before any stage ------------------------------------------ #
+@pytest.mark.parametrize("sets,message", [
+    (["strategy.partitions=1"], "strategy.partitions: Input should be greater than or equal to 2"),
+    (["strategy.partitions=26"], "strategy.partitions: 26 parts but the knowledge graph has only 25 entities"),
+    (["strategy.mixture=sparse"], "strategy.mixture: Input should be 'softmax', 'gumbel' or 'moe'"),
+    (["strategy.mixture=moe", "strategy.top_k=4"], "strategy.top_k: 4 adapters per token but only 3 partitions"),
+    (["strategy.adapter=nonexistent"], "strategy.adapter: rejected by adapters: ValueError: Could not identify"),
+    (["strategy.adapter=lora"], "strategy.adapter: LoRAConfig is not a bottleneck adapter"),
+    (["strategy.adapter.non_linearity=bogus", "strategy.adapter.mh_adapter=false",
+      "strategy.adapter.output_adapter=true", "strategy.adapter.reduction_factor=8"],
+     "strategy.adapter: rejected by adapters for this model"),
+    (["sources.0.path=EMPTY"], "sources.0: knowledge source 'triples' yields no triples"),
+])
+def test_bad_input_is_one_line_exit_2_before_any_stage(tmp_path, textcls_dir, kg_file, capsys, sets, message):
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    args = ["run", "mop", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
+            "--set", "sources.0.name=triples", "--set", f"sources.0.path={kg_file}", "--set", "strategy.partitions=3",
+            "--cache-dir", str(tmp_path / "cache"), "-o", str(tmp_path / "run")]
+    for item in sets:
+        args += ["--set", item.replace("EMPTY", str(empty))]
+    assert run_kinject(*args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([line for line in err if line.startswith("error:")]) == 1 and message in err[-1], err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache" / "stages").exists()
+
+
+# -- the plan ---------------------------------------------------------------------------------------------- #
+def test_stage_plan_spreads_the_adapters_and_keys_the_knowledge_side_without_the_task(tmp_path, textcls_dir,
+                                                                                       kg_file):
+    from kinject.engine import plan
+    from kinject.finetune import FinetuneStrategy
+
+    run = prepared(tmp_path, textcls_dir, kg_file)
+    names = [s.name for s in run.stages]
+    assert names == ["finetune", "evaluate", "mop-partition", "mop-adapter-0", "mop-adapter-1", "mop-adapter-2",
+                     "mop-finetune", "mop-evaluate", "mop-analysis", "mop-compare"]
+    spread = [s.name for s in run.stages if s.spread]
+    assert spread == ["mop-adapter-0", "mop-adapter-1", "mop-adapter-2"]
+    assert all("adapters" in s.libraries for s in run.stages if s.name.startswith("mop-") and s.name != "mop-compare"
+               and s.name != "mop-partition")
+    keys = {p.stage.name: p.key for p in plan(run)}
+    other = prepared(tmp_path, textcls_dir, kg_file)
+    other.spec = other.spec.model_copy(update={"seed": 7})  # another seed and budget for the task ...
+    other.spec.training.learning_rate = 3e-3
+    other.stages = other.strategy.stages(other)
+    other_keys = {p.stage.name: p.key for p in plan(other)}
+    for name in ("mop-partition", "mop-adapter-0", "mop-adapter-2"):  # ... reuses the same adapters
+        assert other_keys[name] == keys[name]
+    assert other_keys["mop-finetune"] != keys["mop-finetune"]
+    run.strategy = FinetuneStrategy()
+    run.stages = run.strategy.stages(run)
+    assert {p.stage.name: p.key for p in plan(run)} == {n: keys[n] for n in ("finetune", "evaluate")}
+    shuffled = prepared(tmp_path, textcls_dir, kg_file, shuffle=0.5, baseline=False, analysis=False)
+    assert [s.name for s in shuffled.stages][0] == "mop-partition" and "mop-compare" not in \
+        [s.name for s in shuffled.stages]
+    assert {p.stage.name: p.key for p in plan(shuffled)}["mop-adapter-0"] != keys["mop-adapter-0"]
+
+
+def test_default_source_is_the_embedded_hpo_graph(tmp_path, textcls_dir):
+    run = prepared(tmp_path, textcls_dir, None, kg_max_triples=2000)
+    source = next(s for s in run.stages if s.name == "mop-partition").config.kg.source
+    assert source.name == "hpo" and source.options["sample"] < 0.01
+
+
+# -- partition and adapters --------------------------------------------------------------------------------- #
+def run_stages(run, names):
+    from kinject.engine import plan, run_stage
+
+    dirs = {}
+    for planned in plan(run):
+        if planned.stage.name in names:
+            run_stage(run, planned, dirs)
+            dirs[planned.stage.name] = planned.folder
+    return dirs
+
+
+@pytest.mark.parametrize("cross_part", ["drop", "head"])
+def test_partition_finds_the_clusters_and_each_classifier_covers_its_part(tmp_path, textcls_dir, kg_file,
+                                                                          cross_part):
+    from safetensors.torch import load_file
+
+    from kinject.kg.partition import EntityGraph, metis_parts
+    from kinject.sources.triples import TriplesSource
+
+    run = prepared(tmp_path, textcls_dir, kg_file, cross_part=cross_part, adapter_max_steps=2,
+                   bidirectional=cross_part == "head")
+    dirs = run_stages(run, {"mop-partition", "mop-adapter-0", "mop-adapter-1", "mop-adapter-2"})
+    report = json.loads((dirs["mop-partition"] / "partition.json").read_text())
+    assert report["edge_cut"] == 1 and report["part_sizes"] == [9, 8, 8] or sorted(report["part_sizes"]) == [8, 8, 9]
+    assert report["triples_dropped"] == (1 if cross_part == "drop" else 0)
+    parts = load_file(str(dirs["mop-partition"] / "partition.safetensors"))["parts"].numpy()
+    graph = EntityGraph.from_triples(TriplesSource(path=str(kg_file)).iter_triples(run.env))
+    assert (parts == metis_parts(graph, 3, seed=1)).all()  # shuffle 0 = the plain METIS partition
+    bridged = set()
+    for i in range(3):
+        head = load_file(str(dirs[f"mop-adapter-{i}"] / "entity_head.safetensors"))
+        classes = set(head["classes"].tolist())
+        own = set(np.flatnonzero(parts == i).tolist())
+        assert head["weight"].shape[0] == len(classes)
+        if cross_part == "drop":
+            assert classes == own  # exactly the part's entities
+        else:
+            assert own <= classes
+            bridged |= classes - own
+        stats = json.loads((dirs[f"mop-adapter-{i}"] / "adapter.json").read_text())
+        assert stats["base_unchanged"] and stats["train"]["global_step"] == 2
+        assert stats["train_rows"] + stats["heldout_rows"] == (2 if cross_part == "head" else 1) * stats["triples"]
+        assert (dirs[f"mop-adapter-{i}"] / "adapter" / "adapter.safetensors").exists()
+    assert len(bridged) == (1 if cross_part == "head" else 0)  # the bridge's foreign tail
+
+
+def test_shuffle_moves_entities_between_parts_and_keeps_sizes(tmp_path, textcls_dir, kg_file):
+    from safetensors.torch import load_file
+
+    base = run_stages(prepared(tmp_path, textcls_dir, kg_file), {"mop-partition"})["mop-partition"]
+    moved = run_stages(prepared(tmp_path, textcls_dir, kg_file, shuffle=1.0), {"mop-partition"})["mop-partition"]
+    a, b = (load_file(str(d / "partition.safetensors"))["parts"].numpy() for d in (base, moved))
+    assert (a != b).any() and (np.bincount(a) == np.bincount(b)).all()
+    cut = [json.loads((d / "partition.json").read_text())["edge_cut"] for d in (base, moved)]
+    assert cut[1] > cut[0]
+
+
+# -- end to end --------------------------------------------------------------------------------------------- #
+@pytest.mark.slow
+def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_dir, kg_file):
+    from kinject.engine import execute
+    from kinject.models import load_tokenizer
+    from kinject.plugins.mop.strategy import MopStrategy
+    from kinject.training import predict
+
+    run = prepared(tmp_path, textcls_dir, kg_file, mixture="moe", top_k=2)
+    metrics = execute(run, tmp_path / "run")
+    out = tmp_path / "run"
+    comparison = metrics["comparison"]
+    assert comparison["other_name"] == "mop-moe" and comparison["n"] == 16
+    assert comparison["difference"] == pytest.approx(comparison["other"] - comparison["baseline"])
+    report = json.loads((out / "partition.json").read_text())
+    assert report["k"] == 3 and report["edge_cut"] < report["random_edge_cut"]
+    adapters = json.loads((out / "partition-adapters.json").read_text())
+    assert [p["part"] for p in adapters["parts"]] == [0, 1, 2] and adapters["all_base_weights_unchanged"]
+    assert all(0 <= p["heldout"]["accuracy@1"] <= p["heldout"]["accuracy@10"] <= 1 for p in adapters["parts"])
+    mixture = json.loads((out / "mixture.json").read_text())
+    weights = np.asarray([e["weights"] for e in mixture["examples"]])
+    assert weights.shape == (16, 3) and mixture["layer"] == 1
+    assert np.allclose(weights.sum(1), 1, atol=1e-5) and ((weights > 0).sum(1) == 2).all()  # moe: top-2 at [CLS]
+    for png in ("mixture.png", "partition-adapters.png"):
+        assert (out / png).stat().st_size > 5000
+    # the run's model/ reloads (adapters API + the mixture) to the predictions the run scored
+    task = run.task
+    model = MopStrategy.load_task_model(out / "model", task.head(run.env))
+    tokenizer = load_tokenizer(str(out / "model"))
+    examples = task.examples("test", run.env)
+    logits = predict(model, task.featurize(tokenizer, examples, 32, run.env), task.collator(tokenizer), 64,
+                     tmp_path / "work")
+    records = [json.loads(line) for line in (out / "predictions" / "test.jsonl").read_text().splitlines()]
+    assert [r["pred"] for r in records] == [task.head(run.env).labels[i] for i in logits.argmax(1)]

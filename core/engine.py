@@ -65,7 +65,7 @@ class RunContext:
             self._refs["model"] = ModelRef(
                 name=m.name, fingerprint=model_fingerprint(m.name, self.model_path, m.revision), revision=m.revision,
                 layers=m.layers, max_length=m.max_length, attn_implementation=m.attn_implementation,
-                path=self.model_path)
+                pooling=m.pooling, path=self.model_path)
         return self._refs["model"]
 
     def task_ref(self, task: Task | None = None):

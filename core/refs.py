@@ -51,6 +51,7 @@ class ModelRef(Ref):
     layers: int | None = None
     max_length: int = 128
     attn_implementation: str = "sdpa"
+    pooling: str = "cls"
     path: str = Field(json_schema_extra=NOT_KEYED, description="Where the model resolved on this machine.")
 
     def load_encoder(self):

@@ -32,6 +32,9 @@ class ModelSpec(StrictModel):
     attn_implementation: Literal["sdpa", "eager"] = Field("sdpa", description="Attention kernel.")
     layers: int | None = Field(None, ge=1, description="Keep only the first N encoder layers (a smaller "
                                "model from a bigger one, e.g. a 3-layer minilm student).")
+    pooling: Literal["cls", "mean"] = Field("cls", description="Sequence heads: the [CLS] pooler (BERT's) or "
+                                             "the mean of the token states (how sentence encoders such as minilm "
+                                             "were trained).")
 
 
 class TrainingSpec(StrictModel):

@@ -32,9 +32,50 @@ class StageConfig(BaseModel):
 
 
 # -- models ------------------------------------------------------------------------------------------ #
+class MeanPooler:
+    """Replaces a model's [CLS] pooler: the mean of the token states over the attention mask.
+
+    The mask reaches it through a forward pre-hook on the encoder (BERT's pooler is called without it). The
+    choice is saved as ``kinject_pooling`` in config.json, and :func:`load_task_model` puts it back.
+    """
+
+    @staticmethod
+    def install(model) -> None:
+        import torch
+        from torch import nn
+
+        base = model.base_model
+        if getattr(base, "pooler", None) is None:
+            from kinject.errors import SpecError
+
+            raise SpecError(f"model.pooling: mean pooling replaces the [CLS] pooler, and "
+                            f"{type(base).__name__} has none")
+
+        class Pool(nn.Module):
+            mask: torch.Tensor | None = None
+
+            def forward(self, hidden):
+                if self.mask is None:
+                    return hidden.mean(1)
+                weights = self.mask.to(hidden.dtype).unsqueeze(-1)
+                return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+
+        pool = Pool()
+
+        def keep_mask(module, args, kwargs):
+            pool.mask = kwargs.get("attention_mask")
+            if pool.mask is None and len(args) > 1:
+                pool.mask = args[1]
+
+        base.pooler = pool
+        base.register_forward_pre_hook(keep_mask, with_kwargs=True)
+        model.config.kinject_pooling = "mean"
+
+
 def build_task_model(encoder_path: str | Path, head: Head, attn_implementation: str = "sdpa", seed: int = 0,
-                     revision: str | None = None, layers: int | None = None):
-    """The encoder at ``encoder_path`` with a freshly initialised task head (linear layer)."""
+                     revision: str | None = None, layers: int | None = None, pooling: str = "cls"):
+    """The encoder at ``encoder_path`` with a freshly initialised task head (linear layer); sequence heads
+    pool the [CLS] state (``cls``, through the model's pooler) or the mean of the token states (``mean``)."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
@@ -56,6 +97,8 @@ def build_task_model(encoder_path: str | Path, head: Head, attn_implementation: 
     unexpected = [k for k in unexpected if not k.startswith("pooler.")]  # token heads have no pooler
     if bad or unexpected:
         raise RuntimeError(f"encoder weights do not fit the task model: missing {bad[:5]}, unexpected {unexpected[:5]}")
+    if pooling == "mean" and head.kind == "sequence":
+        MeanPooler.install(model)
     return model
 
 
@@ -66,7 +109,10 @@ def load_task_model(model_dir: Path, head: Head, attn_implementation: str = "sdp
     from kinject.models import offline
 
     cls = AutoModelForTokenClassification if head.kind == "token" else AutoModelForSequenceClassification
-    return cls.from_pretrained(str(model_dir), local_files_only=offline(), attn_implementation=attn_implementation)
+    model = cls.from_pretrained(str(model_dir), local_files_only=offline(), attn_implementation=attn_implementation)
+    if getattr(model.config, "kinject_pooling", "cls") == "mean" and head.kind == "sequence":
+        MeanPooler.install(model)
+    return model
 
 
 def save_model(model, tokenizer, directory: Path) -> None:
@@ -111,7 +157,8 @@ def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
         encoder, tokenizer = cfg.model.path, cfg.model.load_tokenizer()
         revision, layers = cfg.model.revision, cfg.model.layers
     head = task.head(env)
-    model = build_task_model(encoder, head, cfg.model.attn_implementation, cfg.seed, revision, layers)
+    model = build_task_model(encoder, head, cfg.model.attn_implementation, cfg.seed, revision, layers,
+                             cfg.model.pooling)
     features = task.featurize(tokenizer, task.examples(task.train_split, env), cfg.model.max_length, env)
     scorer = dev_scorer(task, env, tokenizer, cfg.model.max_length, cfg.training) if cfg.training.eval_steps else None
     stats = train(model, features, task.collator(tokenizer), cfg.training, ctx.work, cfg.seed, stage=ctx.name,

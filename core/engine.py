@@ -394,7 +394,7 @@ def run_stages(run: RunContext) -> list[tuple[PlannedStage, bool, float]]:
 
 def _versions() -> dict[str, str]:
     out = {"kinject": __version__, "python": platform.python_version()}
-    for pkg in ("torch", "transformers", "tokenizers", "accelerate", "peft", "adapters", "datasets"):
+    for pkg in ("torch", "transformers", "tokenizers", "accelerate", "adapters", "datasets"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:

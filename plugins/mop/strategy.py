@@ -55,8 +55,10 @@ class MopStrategy(Strategy):
         if run.sources:
             return run.source_refs()[0]
         if "mop-source" not in run._refs:
+            from kinject.registry import registry
             from kinject.sources.hpo import default_source
 
+            registry("sources").get("hpo")  # names the class "hpo", so a worker process can rebuild it by name
             built = default_source(self.config.kg_max_triples)
             built.check(run.env)
             run._refs["mop-source"] = SourceRef.of(built, dataclasses.replace(run.env, limit=None))

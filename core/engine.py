@@ -54,6 +54,7 @@ class RunContext:
     stages: list[Stage] = field(default_factory=list)
     members: list[tuple[str, "RunContext | None", str]] = field(default_factory=list)  # task groups
     command: list[str] | None = None
+    recommended: dict[str, Any] = field(default_factory=dict)  # the task's settings applied to this spec
     _refs: dict[str, Any] = field(default_factory=dict)
 
     def model_ref(self):
@@ -152,10 +153,15 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     """Resolve and check everything that can fail on user input - spec, data, sources, the strategy's
     own checks and its stage plan - before any stage starts or anything is written."""
     task, strategy, sources = resolve_components(spec)
+    applied: dict[str, Any] = {}
+    if task is not None and not isinstance(task, TaskGroup):
+        from kinject.spec import apply_recommended
+
+        spec, applied = apply_recommended(spec, type(task).recommended)
     env = make_environment(spec)
     model_path = _resolve_model(spec, env)
     run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,
-                     resume=resume, command=command)
+                     resume=resume, command=command, recommended=applied)
     if isinstance(task, TaskGroup):
         run.members = _prepare_members(run)
         return run
@@ -482,7 +488,9 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
 
 
 def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, metrics: dict, state: dict) -> None:
-    info = {"spec": resolved, "command": run.command, "stages": records, "versions": _versions(),
+    note = type(run.task).recommended_note if run.task is not None else ""
+    info = {"spec": resolved, "command": run.command, "recommended": {"applied": run.recommended, "how": note},
+            "stages": records, "versions": _versions(),
             "git_sha": _git_sha(), "seed": run.spec.seed, "data": describe_data(run),
             "model_path": run.model_path, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (tmp / "run.json").write_text(json.dumps(info, indent=2, default=str))

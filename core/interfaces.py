@@ -162,6 +162,11 @@ class Task(Component):
         """Every metric ``score`` reports (None when it is only known after scoring)."""
         return None
 
+    #: settings a run starts from unless the spec sets them: {"training": {...}, "model": {...}}
+    recommended: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: how ``recommended`` was chosen (a sweep on dev, with its command): shown by `kinject info` and run.json
+    recommended_note: ClassVar[str] = ""
+
     def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,
                     env: Environment) -> list[dict]:
         """One JSON record per evaluation unit (``id``, ``gold``, ``pred``, optional ``scores``), so any metric

@@ -42,6 +42,8 @@ class TrainingSpec(StrictModel):
 
     epochs: float = Field(3.0, gt=0, description="Training epochs.")
     max_steps: int = Field(-1, description="Stop after this many optimiser steps (-1: use epochs).")
+    min_steps: int | None = Field(None, ge=1, description="Train at least this many optimiser steps, even when "
+                                  "`epochs` of a small training set would be fewer (ignored with max_steps).")
     learning_rate: float = Field(5e-5, gt=0, description="Peak learning rate (linear decay).")
     batch_size: int = Field(16, ge=1, description="Training batch size per device.")
     eval_batch_size: int = Field(64, ge=1, description="Evaluation batch size per device.",
@@ -67,6 +69,23 @@ class TrainingSpec(StrictModel):
         return self.model_copy(update={"limit": None, "eval_splits": None})
 
 
+def apply_recommended(spec: "RunSpec", recommended: dict[str, dict[str, Any]]) -> tuple["RunSpec", dict[str, Any]]:
+    """``spec`` with the task's recommended ``model.*`` / ``training.*`` values for the fields the user did
+    not set; returns (spec, {field path: value applied})."""
+    if not spec.recommended or not recommended:
+        return spec, {}
+    applied: dict[str, Any] = {}
+    update: dict[str, Any] = {}
+    for section in ("model", "training"):
+        current = getattr(spec, section)
+        values = {k: v for k, v in recommended.get(section, {}).items() if k not in current.model_fields_set}
+        if values:
+            update[section] = type(current).model_validate({**current.model_dump(), **values})
+            update[section].__pydantic_fields_set__ = set(current.model_fields_set)
+            applied.update({f"{section}.{k}": v for k, v in values.items()})
+    return (spec.model_copy(update=update) if update else spec), applied
+
+
 class PluginRef(BaseModel):
     """A plugin by name plus its config fields (validated by the plugin's own Config)."""
 
@@ -90,6 +109,8 @@ class RunSpec(StrictModel):
     seed: int = Field(42, description="Seed for python, numpy, torch and data order.")
     output: Path | None = Field(None, description="Run directory (default runs/<strategy>-<task>).")
     data_dir: Path | None = Field(None, description="Datasets folder (else $KINJECT_DATA_DIR, else user cache).")
+    recommended: bool = Field(True, description="Start from the task's recommended settings (epochs, learning "
+                              "rate, max length, pooling...; `kinject info TASK`) for every field not set here.")
     cache_dir: Path | None = Field(None, description="Stage cache (else $KINJECT_CACHE_DIR, else user cache).")
 
 

@@ -180,6 +180,11 @@ def train(model, features: list[dict], collator: Callable, training: TrainingSpe
 
     set_seed(seed)
     counter = PaddingCounter(collator)
+    if training.min_steps and training.max_steps < 0:
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        per_epoch = -(-len(features) // (training.batch_size * training.gradient_accumulation_steps * world))
+        if per_epoch * training.epochs < training.min_steps:
+            arg_overrides.setdefault("max_steps", training.min_steps)
     args = training_arguments(training, work, seed, **arg_overrides)
     trainer_cls = with_length_buckets(trainer_cls or Trainer)
     trainer = trainer_cls(model=model, args=args, train_dataset=to_dataset(features), data_collator=counter,

@@ -205,3 +205,25 @@ def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_d
                      tmp_path / "work")
     records = [json.loads(line) for line in (out / "predictions" / "test.jsonl").read_text().splitlines()]
     assert [r["pred"] for r in records] == [task.head(run.env).labels[i] for i in logits.argmax(1)]
+
+
+def test_part_rows_are_labelled_with_their_own_tail_and_head(tmp_path, kg_file, tiny_model):
+    from kinject.interfaces import Environment
+    from kinject.kg.data import KGDataConfig, build_kg_data
+    from kinject.models import load_tokenizer
+    from kinject.plugins.mop.knowledge import head_features, part_classes, tail_features
+    from kinject.sources.triples import TriplesSource
+
+    tokenizer = load_tokenizer(tiny_model)
+    data = build_kg_data(TriplesSource(path=str(kg_file)), Environment(tmp_path, tmp_path / "cache"), tokenizer,
+                         KGDataConfig(tasks=["tail"], max_length=32))
+    head, tail = (np.asarray(data.triples[c]) for c in ("head", "tail"))
+    rows = np.arange(len(head))[60:90:3]  # a selection that starts past the first rows
+    classes = part_classes(np.zeros(len(data.entities), np.int64), 0, head, tail, rows, True)
+    forward, backward = tail_features(data, rows, classes), head_features(data, rows, classes, tokenizer, 32)
+    assert [int(classes[f["labels"]]) for f in forward] == tail[rows].tolist()
+    assert [int(classes[f["labels"]]) for f in backward] == head[rows].tolist()
+    first = tokenizer.decode(backward[0]["input_ids"])  # [CLS] r [SEP] t [SEP]
+    r, t = data.relations[int(np.asarray(data.triples["relation"])[rows[0]])], data.entities[tail[rows[0]]]
+    assert first == f"[CLS] {r} [SEP] {t} [SEP]".lower()
+    assert tokenizer.decode(forward[0]["input_ids"]) == f"[CLS] {data.entities[head[rows[0]]]} [SEP] {r} [SEP]".lower()

@@ -163,25 +163,90 @@ def test_corpus_files_filters_and_bad_rows(tmp_path, env):
     (tmp_path / "a.txt").write_text("first   document about genes\n\nshort\nfirst document about genes\n")
     (tmp_path / "b.jsonl").write_text(json.dumps({"text": "a jsonl document about proteins"}) + "\n")
     src = CorpusSource(paths=[str(tmp_path / "a.txt"), str(tmp_path / "b.jsonl")], min_chars=10)
+    src.check(env)
     assert list(src.iter_texts(env)) == ["first document about genes", "a jsonl document about proteins"]
+    assert src.stats["duplicates"] == 1 and src.stats["too_short"] == 1 and src.stats["kept"] == 2
     (tmp_path / "c.jsonl").write_text("{broken\n")
     with pytest.raises(DataError, match=r"c.jsonl:1: invalid JSON"):
-        list(CorpusSource(paths=[str(tmp_path / "c.jsonl")]).iter_texts(env))
-    with pytest.raises(ValueError, match="unknown dataset"):
-        CorpusSource(datasets=["nope"])
+        CorpusSource(paths=[str(tmp_path / "c.jsonl")]).check(env)
+    (tmp_path / "d.txt").write_bytes(b"a fine first line of text\nbad \xff\xfe bytes here\n")
+    with pytest.raises(DataError, match=r"d.txt:2: invalid UTF-8"):
+        CorpusSource(paths=[str(tmp_path / "d.txt")]).check(env)  # before any corpus is built
+    (tmp_path / "e.txt").write_text("tiny\n\n")
+    with pytest.raises(DataError, match="empty corpus"):
+        CorpusSource(paths=[str(tmp_path / "e.txt")]).check(env)
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        CorpusSource(tasks=["nope"])
 
 
-def test_in_domain_corpus_excludes_test_splits(data_dir):
-    env = Environment(data_dir=data_dir, cache_dir=data_dir)
-    texts = set(CorpusSource(datasets=["pubmedqa", "bioasq_yesno"]).iter_texts(env))
-    test_pmids = json.loads((data_dir / "pubmedqa" / "test_ground_truth.json").read_text())
-    items = json.loads((data_dir / "pubmedqa" / "ori_pqal.json").read_text())
-    pmid = next(iter(test_pmids))
-    assert " ".join(" ".join(items[pmid]["CONTEXTS"]).split()) not in texts
-    train_pmid = next(p for p in items if p not in test_pmids)
-    assert " ".join(items[train_pmid]["LONG_ANSWER"].split()) in texts
-    test_bioasq = (data_dir / "bioasq_yesno" / "test.tsv").read_text().splitlines()[0].split("\t")[2]
-    assert " ".join(test_bioasq.split()) not in texts
+def write_split(folder: Path, split: str, texts: list[str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as handle:
+        for i, text in enumerate(texts):
+            handle.write(json.dumps({"id": f"{split}{i}", "text": text, "label": "ab"[i % 2]}) + "\n")
+
+
+def test_corpus_reads_tasks_through_their_readers_and_no_test_text_reaches_it(tmp_path, env):
+    test = ["The kinase inhibitor reduced tumour growth in mice.", "Lymphoma risk rose with the second dose.",
+            "Naloxone reversed the opioid overdose quickly."]
+    folder = tmp_path / "cls"
+    write_split(folder, "train", [
+        "Insulin signalling was impaired in diabetic rats.",  # kept
+        "Background text first. The kinase inhibitor reduced tumour growth in mice. More text after it.",
+        "lymphoma   RISK rose, with the second dose",  # the test text up to case, spacing and punctuation
+        "Insulin signalling was impaired in diabetic rats."])  # a duplicate
+    write_split(folder, "dev", ["Cardiomyocyte death followed the infarction."])
+    write_split(folder, "test", test)
+    other = tmp_path / "other"  # a second task whose test text also contains a sentence of a file text
+    write_split(other, "train", ["Clonidine lowered the blood pressure of the patients."])
+    write_split(other, "dev", ["Clonidine lowered the blood pressure again."])
+    write_split(other, "test", ["Acetyltransferase activity was measured in the liver."])
+    (tmp_path / "user.txt").write_text("A user text about hypertension treatment.\n"
+                                       "Prefix. Naloxone reversed the opioid overdose quickly! Suffix here.\n"
+                                       "Acetyltransferase activity was measured in the liver. Then more.\n")
+    src = CorpusSource(paths=[str(tmp_path / "user.txt")], tasks=[{"name": "textcls", "path": str(folder)}],
+                       exclude_tasks=[{"name": "textcls", "path": str(other)}])
+    src.check(env)
+    texts = list(src.iter_texts(env))
+    assert texts == ["A user text about hypertension treatment.", "Insulin signalling was impaired in diabetic rats.",
+                     "Cardiomyocyte death followed the infarction."]
+    assert src.stats["held_out_overlap"] == 4 and src.stats["duplicates"] == 1
+    assert src.stats["kept task:textcls/train"] == 1 and src.stats["kept task:textcls/dev"] == 1
+    from kinject.sources.corpus import signature
+
+    corpus = b"\n".join(signature(t) for t in texts)
+    for held_out in test + ["Acetyltransferase activity was measured in the liver."]:
+        assert signature(held_out) not in corpus
+    # the fingerprint follows the tasks' data files
+    before = src.fingerprint(env)
+    write_split(folder, "dev", ["Cardiomyocyte death followed the infarction.", "One more dev text here."])
+    fresh = CorpusSource(src.config)
+    fresh.check(env)
+    assert fresh.fingerprint(env) != before
+
+
+@pytest.mark.data
+def test_in_domain_corpus_excludes_test_splits(data_dir, tmp_path):
+    import random
+
+    from kinject.sources.corpus import example_texts, sentence_signatures, signature
+    from kinject.registry import registry
+
+    env = Environment(data_dir=data_dir, cache_dir=tmp_path)
+    names = ["pubmedqa", "bioasq", "hoc", "ncbi-disease"]
+    src = CorpusSource(tasks=names)
+    src.check(env)
+    texts = list(src.iter_texts(env))
+    assert src.stats["kept task:pubmedqa/train"] > 400 and src.stats["kept task:ncbi-disease/dev"] > 800
+    corpus = b"\n".join(signature(t) for t in texts)
+    sentences = []
+    for name in names:  # every test text, read by a fresh instance of the task
+        task = registry("tasks").get(name)()
+        for example in task.examples("test", env):
+            for text in example_texts(example):
+                sentences += [s for s in sentence_signatures(text) if len(s) >= 40]
+    for sentence in random.Random(0).sample(sentences, 400):
+        assert sentence not in corpus
 
 
 def test_model_source(tiny_model, env, cache_dir):

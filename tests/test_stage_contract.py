@@ -256,3 +256,27 @@ def test_broken_command_plugin_says_why(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "brokencmd" in err and "failed to import" in err and "kinject_no_such_module" in err
     sys.modules.pop("kinject_no_such_module", None)
+
+
+def test_task_recommended_settings_apply_unless_set(tmp_path, textcls_dir, tiny_model, monkeypatch):
+    from kinject import engine
+    from kinject.registry import registry
+    from kinject.spec import build_spec
+
+    cls = registry("tasks").get("textcls")
+    monkeypatch.setattr(cls, "recommended", {"training": {"learning_rate": 3e-4, "min_steps": 20},
+                                             "model": {"pooling": "mean"}})
+    base = {"task": {"name": "textcls", "path": str(textcls_dir)}, "model": {"name": "tiny"},
+            "cache_dir": str(tmp_path)}
+    run = engine.prepare(build_spec(base))
+    assert run.spec.training.learning_rate == 3e-4 and run.spec.model.pooling == "mean"
+    assert run.recommended == {"training.learning_rate": 3e-4, "training.min_steps": 20, "model.pooling": "mean"}
+    mine = engine.prepare(build_spec({**base, "training": {"learning_rate": 1e-5}}))
+    assert mine.spec.training.learning_rate == 1e-5 and mine.spec.training.min_steps == 20
+    off = engine.prepare(build_spec({**base, "recommended": False}))
+    assert off.spec.training.learning_rate == 5e-5 and off.recommended == {}
+    # min_steps: 48 examples, batch 16, 1 epoch = 3 steps -> 20 steps
+    metrics = engine.execute(engine.prepare(build_spec({**base, "training": {"epochs": 1}})), tmp_path / "run")
+    assert metrics["train"]["global_step"] == 20
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["recommended"]["applied"]["training.min_steps"] == 20

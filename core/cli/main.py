@@ -70,6 +70,12 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
             annotation = getattr(spec.annotation, "__name__", None) or str(spec.annotation).replace("typing.", "")
             table.add_row(escape(field), escape(annotation), escape(default), escape(spec.description or ""))
         console.print(table)
+        if getattr(cls, "recommended", None):
+            shown = ", ".join(f"{section}.{k}={v}" for section, values in cls.recommended.items()
+                              for k, v in values.items())
+            console.print(f"recommended settings: {shown}", markup=False, highlight=False)
+            if getattr(cls, "recommended_note", ""):
+                console.print(f"  chosen by: {cls.recommended_note}", markup=False, highlight=False)
 
 
 def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir):
@@ -175,6 +181,10 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
     console.print(f"[bold]{spec.strategy.name}[/] on [bold]{spec.task.name if spec.task else '(no task)'}[/] "
                   f"(data: {engine.describe_data(first)}, model: {spec.model.name}"
                   f"{f', seeds {seeds[0]}..{seeds[-1]}' if repeats > 1 else ''}) -> {out}")
+    if first.recommended:
+        shown = ", ".join(f"{k}={v}" for k, v in first.recommended.items())
+        console.print(f"task {spec.task.name}: recommended settings {shown} (set any of them to override; "
+                      "--set recommended=false for none)", markup=False, highlight=False)
     if repeats == 1:
         metrics = engine.execute(first, out)
         if not engine.is_main_process():

@@ -51,7 +51,7 @@ def tail_features(data, rows: np.ndarray, classes: np.ndarray) -> list[dict]:
     if not len(rows):
         return []
     subset = data.tail.select(rows.tolist())
-    local = np.searchsorted(classes, np.asarray(subset.data.column("labels").to_numpy(), dtype=np.int64))
+    local = np.searchsorted(classes, np.asarray(subset["labels"], dtype=np.int64))  # (.data ignores the selection)
     out = subset.remove_columns(["labels"]).to_list()
     for feature, label in zip(out, local.tolist()):
         feature["labels"] = label
@@ -63,7 +63,7 @@ def head_features(data, rows: np.ndarray, classes: np.ndarray, tokenizer, max_le
     if not len(rows):
         return []
     triples = data.triples.select(rows.tolist())
-    h, r, t = (np.asarray(triples.data.column(c).to_numpy(), dtype=np.int64) for c in ("head", "relation", "tail"))
+    h, r, t = (np.asarray(triples[c], dtype=np.int64) for c in ("head", "relation", "tail"))
     encoded = tokenizer([data.relations[i] for i in r], [data.entities[i] for i in t], truncation="only_second",
                         max_length=max_length)
     labels = np.searchsorted(classes, h).tolist()

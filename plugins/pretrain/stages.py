@@ -216,6 +216,9 @@ def mlm_body(cfg: MlmConfig, ctx: StageContext) -> None:
 
 
 # -- held-out perplexity ----------------------------------------------------------------------- #
+MLM_SHOWN = ("train_loss", "global_step", "train_runtime", "tokens_per_second", "useful_token_fraction", "world_size")
+
+
 class PerplexityConfig(StageConfig):
     """The output model vs the reference (the base model, with its fitted head when ``reference_stage``)."""
 
@@ -252,13 +255,15 @@ def perplexity_body(cfg: PerplexityConfig, ctx: StageContext) -> None:
     scores = {k: score_windows(model, windows[k], tok.pad_token_id, cfg.batch_size) for k, (model, tok) in models.items()}
     heldout = dict(scores["output"])
     heldout.update({f"reference_{k}": v for k, v in scores["reference"].items()})
-    heldout.update(texts=len(texts), perplexity_ratio=heldout["perplexity"] / heldout["reference_perplexity"],
-                   word_perplexity_ratio=heldout["word_perplexity"] / heldout["reference_word_perplexity"],
-                   same_vocabulary=models["reference"][1].get_vocab() == models["output"][1].get_vocab(),
-                   reference_head="random" if missing else "trained")
+    same = models["reference"][1].get_vocab() == models["output"][1].get_vocab()
+    heldout.update(texts=len(texts), same_vocabulary=same, reference_head="random" if missing else "trained",
+                   word_perplexity_ratio=heldout["word_perplexity"] / heldout["reference_word_perplexity"])
+    if same:  # per-token perplexities compare only over the same tokens
+        heldout["perplexity_ratio"] = heldout["perplexity"] / heldout["reference_perplexity"]
+    train = json.loads((ctx.inputs["pretrain-mlm"] / "train.json").read_text())
     metrics = {"heldout": heldout,
                "corpus": json.loads((ctx.inputs["pretrain-corpus"] / "corpus.json").read_text()),
-               "mlm": json.loads((ctx.inputs["pretrain-mlm"] / "train.json").read_text())}
+               "mlm": {k: train[k] for k in MLM_SHOWN if k in train}}
     log.info("held-out perplexity %.3f (reference %.3f); per word %.3f (reference %.3f)", heldout["perplexity"],
              heldout["reference_perplexity"], heldout["word_perplexity"], heldout["reference_word_perplexity"])
     _write_json(ctx.out / "metrics.json", metrics)

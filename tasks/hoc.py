@@ -88,7 +88,7 @@ class HoCTask(CatalogueSplits, SequenceClassificationTask):
         _, gold = self.by_abstract(examples, [ex["label"] for ex in examples])
         _, predicted = self.by_abstract(examples, self.decode(predictions, env))
         out = evaluate_all(self.metric_refs(), gold, predicted, labels=self.labels(env))
-        out["abstracts"] = float(len(gold))
+        out["abstracts"] = len(gold)
         return out
 
     def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,

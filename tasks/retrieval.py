@@ -154,7 +154,7 @@ class RetrievalTask(SequenceClassificationTask):
         refs = [ex["label"] == "relevant" for ex in examples]
         groups = [ex["group"] for ex in examples]
         metrics = evaluate_all(self.metric_refs(), refs, list(scores), groups=groups)
-        metrics["queries"] = float(len(set(groups)))
+        metrics["queries"] = len(set(groups))
         return metrics
 
     def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,

@@ -216,14 +216,15 @@ def test_part_rows_are_labelled_with_their_own_tail_and_head(tmp_path, kg_file, 
 
     tokenizer = load_tokenizer(tiny_model)
     data = build_kg_data(TriplesSource(path=str(kg_file)), Environment(tmp_path, tmp_path / "cache"), tokenizer,
-                         KGDataConfig(tasks=["tail"], max_length=32))
+                         KGDataConfig(tasks=["tail"], max_length=64))  # relation cap 64 // 8 tokens
     head, tail = (np.asarray(data.triples[c]) for c in ("head", "tail"))
     rows = np.arange(len(head))[60:90:3]  # a selection that starts past the first rows
     classes = part_classes(np.zeros(len(data.entities), np.int64), 0, head, tail, rows, True)
-    forward, backward = tail_features(data, rows, classes), head_features(data, rows, classes, tokenizer, 32)
+    forward, backward = tail_features(data, rows, classes), head_features(data, rows, classes, tokenizer, 64)
     assert [int(classes[f["labels"]]) for f in forward] == tail[rows].tolist()
     assert [int(classes[f["labels"]]) for f in backward] == head[rows].tolist()
     first = tokenizer.decode(backward[0]["input_ids"])  # [CLS] r [SEP] t [SEP]
     r, t = data.relations[int(np.asarray(data.triples["relation"])[rows[0]])], data.entities[tail[rows[0]]]
-    assert first == f"[CLS] {r} [SEP] {t} [SEP]".lower()
-    assert tokenizer.decode(forward[0]["input_ids"]) == f"[CLS] {data.entities[head[rows[0]]]} [SEP] {r} [SEP]".lower()
+    assert first == f"[CLS] {r.lower()} [SEP] {t.lower()} [SEP]"
+    h = data.entities[head[rows[0]]].lower()
+    assert tokenizer.decode(forward[0]["input_ids"]) == f"[CLS] {h} [SEP] {r.lower()} [SEP]"

@@ -85,7 +85,7 @@ class RecallAtK(Evaluator):
             value = undefined("recall@k", f"no query with a relevant candidate ({skipped} skipped)")
         out = {f"recall@{k}": (sum(float((r <= k).mean()) for r in ranked) / len(ranked) if ranked else value)
                for k in self.config.ks}
-        out["recall_queries_skipped"] = float(skipped)
+        out["recall_queries_skipped"] = int(skipped)
         return out
 
 
@@ -99,4 +99,4 @@ class MRR(Evaluator):
         ranked, skipped = _ranked(references, predictions, groups)
         value = (sum(1.0 / r.min() for r in ranked) / len(ranked) if ranked else
                  undefined("mrr", f"no query with a relevant candidate ({skipped} skipped)"))
-        return {self.config.name: value, f"{self.config.name}_queries_skipped": float(skipped)}
+        return {self.config.name: value, f"{self.config.name}_queries_skipped": int(skipped)}

@@ -57,7 +57,7 @@ class AUROC(Evaluator):
         if multilabel:
             y = np.array([[name in set(r) for name in labels] for r in references], dtype=int)
             keep = [j for j in range(y.shape[1]) if 0 < y[:, j].sum() < len(y)]
-            out["auroc_skipped"] = float(y.shape[1] - len(keep))
+            out["auroc_skipped"] = int(y.shape[1] - len(keep))
             if not keep:
                 return {**self._undefined("no label has both classes in the references"), **out}
             for average in self.config.averages:

@@ -122,7 +122,7 @@ class HeadGates:
                 self._calls += 1
             else:
                 layer = fixed_layer
-            gate = self.gates[..., layer, :].to(x.dtype)
+            gate = self.gates[..., layer, :].to(device=x.device, dtype=x.dtype)  # gates may live elsewhere
             shape = x.shape
             x = x.view(*shape[:-1], self.layout.num_heads, self.layout.head_dim)
             if gate.dim() == 2:  # per example: (B, H) -> (B, 1.., H, 1)

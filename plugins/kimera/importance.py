@@ -88,19 +88,35 @@ class MaskSearch:
     baseline: float
     rounds: list[dict] = field(default_factory=list)
     first_importance: torch.Tensor | None = None
+    stopped: str = "threshold"  # threshold | max_rounds | every_head_masked
+
+    @property
+    def redundant(self) -> int:
+        """Heads the mask marks (partly) redundant: m < 1."""
+        return int((self.mask < 1).sum())
+
+
+Interval = Callable[[np.ndarray, np.ndarray], "dict | None"]
 
 
 def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, metric: Callable[[np.ndarray], float],
-                rho: float = 0.1, tau: float = 0.95, soft: bool = False, max_rounds: int = 50) -> MaskSearch:
+                rho: float = 0.1, tau: float = 0.95, soft: bool = False, max_rounds: int = 50,
+                interval: Interval | None = None) -> MaskSearch:
     """Iteratively mask a proportion ``rho`` of the still-active heads with the lowest importance,
     re-scoring after each step, until the metric falls below ``tau`` x the unmasked metric; returns
     the last mask that kept it. Hard: masked heads get gate 0. Soft: they keep the normalised I_h of
-    the round that made them candidates (also their gate in later rounds). Metrics: higher is better."""
+    the round that made them candidates (also their gate in later rounds). Metrics: higher is better.
+
+    ``interval(baseline_logits, logits)``, when given, returns the round's paired difference to the unmasked
+    round with its confidence interval (``difference``, ``ci_low``, ``ci_high``); it is logged and stored in
+    the round's record with ``threshold_in_ci`` (the stop threshold lies inside the interval: the decision
+    to keep or stop at this round is within the scoring set's noise)."""
     layout = head_layout(model)
     mask = torch.ones(layout.num_layers, layout.num_heads)
     active = torch.ones_like(mask, dtype=torch.bool)
     kept = mask.clone()
     search: MaskSearch | None = None
+    baseline_logits = None
     for round_no in range(max_rounds + 1):
         raw, logits = score_heads(model, batches, problem_type, mask)
         value = float(metric(logits))
@@ -113,15 +129,24 @@ def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, me
                                "more score_examples")
         if search is None:
             search = MaskSearch(mask=mask.clone(), baseline=value, first_importance=importance)
+            baseline_logits = logits
         ok = value >= tau * search.baseline
-        search.rounds.append({"round": round_no, "metric": value, "masked": int((~active).sum()), "kept": ok})
-        log.info("kimera %s mask round %d: %s=%.4f, %d heads masked%s", "soft" if soft else "hard", round_no,
-                 "metric", value, int((~active).sum()), "" if ok else " (below threshold: stop)")
+        record = {"round": round_no, "metric": value, "masked": int((~active).sum()), "kept": ok}
+        ci = interval(baseline_logits, logits) if interval is not None and round_no > 0 else None
+        if ci:
+            margin = (tau - 1.0) * search.baseline  # the difference at which the search stops
+            record.update(ci, threshold_in_ci=bool(ci["ci_low"] <= margin <= ci["ci_high"]))
+        search.rounds.append(record)
+        log.info("kimera %s mask round %d: metric=%.4f (threshold %.4f)%s, %d heads masked%s",
+                 "soft" if soft else "hard", round_no, value, tau * search.baseline,
+                 f", vs unmasked {ci['difference']:+.4f} [95% CI {ci['ci_low']:+.4f}, {ci['ci_high']:+.4f}]"
+                 if ci else "", int((~active).sum()), "" if ok else " (below threshold: stop)")
         if not ok:
             break
         kept = mask.clone()
         remaining = int(active.sum())
         if remaining == 0 or round_no == max_rounds:
+            search.stopped = "every_head_masked" if remaining == 0 else "max_rounds"
             break
         n = max(1, int(round(rho * remaining)))
         scores = importance.masked_fill(~active, float("inf")).flatten()

@@ -94,6 +94,9 @@ class HeadUpdateScaler:
 
     @torch.no_grad()
     def before_step(self, *args, **kwargs) -> None:
+        # the Trainer moves the model (to CUDA, to bf16) after the scaler was built: follow the parameters
+        self.targets = [(p, r if (r.device, r.dtype) == (p.device, p.dtype) else r.to(p.device, p.dtype))
+                        for p, r in self.targets]
         self._saved = [p.detach().clone() for p, _ in self.targets]
 
     @torch.no_grad()

@@ -18,7 +18,7 @@ class ScoringConfig(StageConfig):
 
     task: TaskRef
     split: str
-    examples: int
+    examples: int | None  # None: the whole split
     batch_size: int
     metric: str
     max_length: int
@@ -31,6 +31,7 @@ class MaskConfig(StageConfig):
     rho: float
     max_rounds: int
     scoring: ScoringConfig
+    seed: int = 0  # of the bootstrap resampling of the round intervals
     finetuned_model: ModelRef | None = None  # a given task model instead of the phase-1 input
 
 
@@ -66,23 +67,12 @@ def task_model(path, head, attn: str):
 
 
 def scoring_set(scoring: ScoringConfig, ctx: StageContext, tokenizer):
-    """(split, examples, features, batches) of the importance scoring set; retrieval groups kept whole."""
+    """The importance scoring set (kimera.scoring.ScoringSet) of a stage."""
+    from .scoring import build_scoring_set
+
     task, env = scoring.task.build(), scoring.task.environment(ctx)
-    examples = task.examples(scoring.split, env)
-    chosen, groups = [], set()
-    for ex in examples:
-        group = ex.get("group")
-        if len(chosen) >= scoring.examples and (group is None or group not in groups):
-            break
-        chosen.append(ex)
-        groups.add(group)
-    features = task.featurize(tokenizer, chosen, scoring.max_length, env)
-    collator = task.collator(tokenizer)
-    size = scoring.batch_size
-    batches = [collator(features[i:i + size]) for i in range(0, len(features), size)]
-    batches = [{k: v for k, v in dict(b).items() if k in ("input_ids", "attention_mask", "token_type_ids", "labels")}
-               for b in batches]
-    return chosen, features, batches
+    return build_scoring_set(task, env, scoring.split, scoring.examples, tokenizer, scoring.max_length,
+                             scoring.batch_size)
 
 
 def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
@@ -90,6 +80,7 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
 
     from .importance import search_mask
     from .masks import save_masks
+    from .scoring import RoundInterval, no_redundant_head_warning
 
     scoring = cfg.scoring
     task, env = scoring.task.build(), scoring.task.environment(ctx)
@@ -97,17 +88,25 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
     tokenizer = load_tokenizer(str(model_dir))
     head = task.head(env)
     model = task_model(model_dir, head, scoring.attn)
-    examples, features, batches = scoring_set(scoring, ctx, tokenizer)
+    chosen = scoring_set(scoring, ctx, tokenizer)
 
     def metric(logits) -> float:
-        return task.score(scoring.split, examples, features, logits, env)[scoring.metric]
+        return task.score(scoring.split, chosen.examples, chosen.features, chosen.restore(logits), env)[scoring.metric]
 
-    result = search_mask(model, batches, head.problem_type, metric, cfg.rho, cfg.tau, soft=cfg.kind == "soft",
-                         max_rounds=cfg.max_rounds)
+    interval = RoundInterval(task, env, scoring.split, scoring.metric, chosen, seed=cfg.seed)
+    result = search_mask(model, chosen.batches, head.problem_type, metric, cfg.rho, cfg.tau,
+                         soft=cfg.kind == "soft", max_rounds=cfg.max_rounds, interval=interval)
     save_masks(ctx.out / "masks.json", **{cfg.kind: result.mask, "importance": result.first_importance})
-    summary = {"kind": cfg.kind, "metric": scoring.metric, "split": scoring.split, "examples": len(features),
-               "baseline": result.baseline, "rounds": result.rounds,
-               "masked_heads": int((result.mask < 1).sum()), "heads": int(result.mask.numel())}
+    threshold = cfg.tau * result.baseline
+    warning = None
+    if result.redundant == 0:
+        warning = no_redundant_head_warning(cfg.kind, scoring.metric, result.rounds, threshold)
+        log.warning("%s", warning)
+    summary = {"kind": cfg.kind, "metric": scoring.metric, "split": scoring.split, "examples": len(chosen.features),
+               "units": next((r["units"] for r in result.rounds if "units" in r), None),
+               "baseline": result.baseline, "tau": cfg.tau, "threshold": threshold, "rho": cfg.rho,
+               "stopped": result.stopped, "rounds": result.rounds, "masked_heads": result.redundant,
+               "heads": int(result.mask.numel()), "no_redundant_heads": result.redundant == 0, "warning": warning}
     (ctx.out / "search.json").write_text(json.dumps(summary, indent=2))
 
 
@@ -186,8 +185,7 @@ def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
     tokenizer = load_tokenizer(str(model_dir))
     head = task.head(env)
     model = task_model(model_dir, head, scoring.attn)
-    _, _, batches = scoring_set(scoring, ctx, tokenizer)
-    raw, _ = score_heads(model, batches, head.problem_type)
+    raw, _ = score_heads(model, scoring_set(scoring, ctx, tokenizer).batches, head.problem_type)
     masks_file = ctx.inputs[f"kimera-mask-{cfg.kind}"] / "masks.json"
     mask = load_mask(masks_file, cfg.kind)
     before = load_mask(masks_file, "importance", tuple(mask.shape))

@@ -162,3 +162,39 @@ def test_kill_mid_stage_then_resume_matches_uninterrupted(tmp_path, textcls_dir,
     a = load_file(out / "model" / "model.safetensors")
     b = load_file(ref / "model" / "model.safetensors")
     assert all((a[k] - b[k]).abs().max().item() < 1e-6 for k in a)
+
+
+def test_repeats_work_for_task_groups(tmp_path, textcls_dir, tiny_model):
+    from pydantic import Field
+
+    from kinject.interfaces import TaskGroup
+    from kinject.registry import registry
+    from kinject.tasks.textcls import TextClassificationTask
+
+    class Member(TextClassificationTask):
+        """textcls on a fixed folder."""
+
+        class Config(TextClassificationTask.Config):
+            path: Path | None = Field(textcls_dir)
+
+    class Pair(TaskGroup):
+        """Two members, summarised by their mean test accuracy."""
+
+        def members(self, env):
+            return ["member-a", "member-b"]
+
+        def summarize(self, member_metrics, env):
+            return {"score": sum(m["test"]["accuracy"] for m in member_metrics.values()) / len(member_metrics)}
+
+    for name in ("member-a", "member-b"):
+        registry("tasks").register(name, type(name, (Member,), {}))
+    registry("tasks").register("pair-group", Pair)
+    out = tmp_path / "group"
+    assert kinject("run", "finetune", "--task", "pair-group", "--model", "tiny", "--repeats", "2", "--seed", "5",
+                   "--set", "training.epochs=1", "-o", str(out)) == 0
+    for seed in (5, 6):
+        assert (out / f"seed-{seed}" / "member-a" / "metrics.json").exists()
+        assert (out / f"seed-{seed}" / "member-b" / "run.json").exists()
+    summary = json.loads((out / "metrics.json").read_text())
+    scores = [json.loads((out / f"seed-{s}" / "metrics.json").read_text())["score"] for s in (5, 6)]
+    assert summary["score"]["n"] == 2 and summary["score"]["values"] == scores

@@ -172,3 +172,79 @@ def test_mask_search_refuses_an_undefined_metric():
     batches = [{**inputs(batch=4), "labels": torch.tensor([0, 1, 0, 1])}]
     with pytest.raises(KinjectError, match="search metric is nan"):
         search_mask(model, batches, "single_label_classification", lambda _: float("nan"))
+
+
+def test_gates_follow_the_activations_device():
+    """Gates made on the CPU reach activations on another device: "meta" refuses to mix with CPU tensors
+    exactly as CUDA does, so without the move this forward fails. Fixed (L, H) and per-example (B, L, H)."""
+    model = tiny_bert("eager").to("meta")
+    x = {k: v.to("meta") for k, v in inputs().items()}
+    for gates in (torch.ones(2, 4), torch.ones(3, 2, 4)):
+        with torch.no_grad(), HeadGates(model, gates):
+            out = model(**x).last_hidden_state
+        assert out.device.type == "meta" and tuple(out.shape) == (3, 9, 32)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA accelerator on this machine: the gated forward on one was not run")
+def test_gated_forward_and_importance_on_the_accelerator():
+    x = inputs(batch=4)
+    gates = torch.rand(2, 4, generator=torch.Generator().manual_seed(3))  # stays on the CPU
+    batch = {**x, "labels": torch.tensor([0, 1, 1, 0])}
+    results = {}
+    for device in ("cpu", "cuda"):
+        model = tiny_bert("sdpa", labels=2).to(device)
+        with torch.no_grad(), HeadGates(model, gates):
+            out = model(**{k: v.to(device) for k, v in x.items()}).logits
+        raw, _ = score_heads(model, [batch], "single_label_classification", gates)
+        results[device] = (out.cpu(), raw)
+    torch.testing.assert_close(results["cuda"][0], results["cpu"][0], rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(results["cuda"][1], results["cpu"][1], rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_importance_matches_the_bertology_reference_at_batch_size_one(attn):
+    """HF bertology's compute_heads_importance (|d loss / d head_mask| through transformers' head_mask, eager
+    attention, divided by the token count), with the gradient cleared before every batch and batches of one
+    example: that is per-example |dL(x)/dxi_h|. Ours (per-example gates, batches of 4 and 2, either kernel)
+    ranks the heads identically and normalises to the same scores."""
+    from scipy.stats import spearmanr
+
+    x = inputs(batch=6, seed=4)
+    labels = torch.tensor([0, 2, 1, 1, 0, 2])
+    reference_model = tiny_bert("eager", labels=3)
+    head_mask = torch.ones(2, 4, requires_grad=True)
+    reference, tokens = torch.zeros(2, 4), 0.0
+    for b in range(6):
+        head_mask.grad = None  # the original script never clears it (gradients would accumulate over batches)
+        one = {k: v[b:b + 1] for k, v in x.items()}
+        reference_model(**one, labels=labels[b:b + 1], head_mask=head_mask).loss.backward()
+        reference += head_mask.grad.abs()
+        tokens += float(one["attention_mask"].sum())
+    reference /= tokens
+    batches = [{**{k: v[s] for k, v in x.items()}, "labels": labels[s]} for s in (slice(0, 4), slice(4, 6))]
+    raw, _ = score_heads(tiny_bert(attn, labels=3), batches, "single_label_classification")
+    assert spearmanr(raw.flatten().numpy(), reference.flatten().numpy()).statistic == pytest.approx(1.0, abs=1e-12)
+    torch.testing.assert_close(normalize_importance(raw), normalize_importance(reference), rtol=1e-4, atol=1e-5)
+
+
+def test_mask_search_records_a_paired_interval_per_round():
+    """Round r > 0 gets interval(round-0 logits, round-r logits) and whether the stop threshold lies inside it."""
+    model = tiny_bert("eager", labels=2)
+    batches = [{**inputs(batch=4), "labels": torch.tensor([0, 1, 0, 1])}]
+    values, seen = iter([1.0, 0.99, 0.9]), []
+
+    def interval(baseline_logits, logits):
+        seen.append((baseline_logits, logits))
+        diff = float(len(seen) == 1) * -0.01 + float(len(seen) == 2) * -0.1
+        half = 0.02 if len(seen) == 1 else 0.06
+        return {"difference": diff, "ci_low": diff - half, "ci_high": diff + half}
+
+    search = search_mask(model, batches, "single_label_classification", lambda _: next(values), rho=0.25, tau=0.95,
+                         interval=interval)
+    assert [r["kept"] for r in search.rounds] == [True, True, False] and search.stopped == "threshold"
+    assert "ci_low" not in search.rounds[0] and len(seen) == 2
+    assert all(b is seen[0][0] for b, _ in seen) and seen[0][0].shape == (4, 2)  # always against round 0
+    # threshold: difference (tau - 1) x baseline = -0.05; round 1's [-0.03, 0.01] excludes it, round 2's includes it
+    assert search.rounds[1]["threshold_in_ci"] is False and search.rounds[2]["threshold_in_ci"] is True
+    assert search.rounds[2]["ci_low"] == pytest.approx(-0.16) and search.redundant == 2

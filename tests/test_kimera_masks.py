@@ -44,6 +44,23 @@ def test_hard_mask_freezes_heads_bit_exactly_under_adamw():
                 assert not torch.equal(after[(layer, head)][name], old), (layer, head, name)
 
 
+def test_update_scaler_follows_the_parameters_after_the_model_moved():
+    """The Trainer moves the model (to CUDA, to bf16) after the scaler was built: the per-head rates must
+    follow, or lerp_ refuses to mix them. Here the model turns float64 after the scaler was built (the same
+    code path moves the rates to the parameters' device; test_kimera_retrain runs it on CUDA when present)."""
+    model = tiny_bert().train()
+    mask = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
+    scaler = HeadUpdateScaler(model, mask)
+    model.double()
+    before = snapshot(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.5)
+    scaler.attach(optimizer)
+    train_steps(model, optimizer, steps=2)
+    assert all((r.device, r.dtype) == (p.device, p.dtype) for p, r in scaler.targets)
+    assert torch.equal(snapshot(model)[(0, 0)]["query.weight"], before[(0, 0)]["query.weight"])  # frozen head
+    assert not torch.equal(snapshot(model)[(0, 1)]["query.weight"], before[(0, 1)]["query.weight"])
+
+
 def test_without_the_scaler_adamw_moves_every_head():
     # the reason for scaling the update: zero gradients alone would not stop AdamW's weight decay
     model = tiny_bert().train()

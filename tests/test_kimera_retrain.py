@@ -10,7 +10,7 @@ import torch
 from kinject.interfaces import Environment
 from kinject.plugins.kimera.gating import head_layout, head_slices
 from kinject.plugins.kimera.retrain import (KG_TASKS, KGBatchDataset, KGMultiTaskModel, MultiTaskBatchSampler,
-                                            TaskCollator, retrain)
+                                            TaskCollator, pretrained_mlm_head, retrain)
 from kinject.spec import TrainingSpec
 
 ENTITIES = ["disease", "gene", "protein", "cell", "drug", "cancer", "chemical", "treatment", "dose", "patients"]
@@ -161,3 +161,83 @@ def test_other_params_freeze_leaves_non_attention_weights_alone(kg, tiny_model, 
             assert torch.equal(p, frozen[name]), name
     assert not torch.equal(encoder.encoder.layer[0].attention.self.query.weight,
                            AutoModel.from_pretrained(tiny_model).encoder.layer[0].attention.self.query.weight)
+
+
+@pytest.mark.parametrize("sampling", ["proportional", "uniform"])
+def test_task_sampling_batch_counts_per_task(kg, sampling):
+    """proportional: each task's own batches once per epoch (a task's share = its size); uniform: every task
+    the same number of batches, one of each per turn, smaller tasks starting new passes over all their rows."""
+    from kinject.kg.batching import lengths_of
+    from kinject.kg.data import length_grouped_batches
+
+    data, _, _ = kg
+    datasets = {t: getattr(data, t) for t in KG_TASKS}
+    ds = KGBatchDataset(datasets)
+    own = {t: len(list(length_grouped_batches(lengths_of(datasets[t]), 4, 0))) for t in KG_TASKS}
+    assert len(set(own.values())) > 1  # the tasks differ in size, else the two samplings would agree
+    sampler = MultiTaskBatchSampler(ds, 4, 0, {t: 1.0 for t in KG_TASKS}, length_grouped_batches, sampling)
+    for _ in range(2):  # two epochs
+        plan = list(iter(sampler))
+        tasks = [KG_TASKS[ds[batch[0]]["task"]] for batch in plan]
+        assert all(KG_TASKS[ds[i]["task"]] == task for batch, task in zip(plan, tasks) for i in batch)
+        counts = collections.Counter(tasks)
+        if sampling == "proportional":
+            assert counts == own and sorted(i for b in plan for i in b) == list(range(len(ds)))
+        else:
+            turns = max(own.values())
+            assert counts == {t: turns for t in KG_TASKS} and len(plan) == len(sampler) == 3 * turns
+            assert all(sorted(tasks[i:i + 3]) == sorted(KG_TASKS) for i in range(0, len(tasks), 3))
+            for task in KG_TASKS:  # every row of every task is seen; the largest task's exactly once
+                rows = [i for b, t in zip(plan, tasks) if t == task for i in b]
+                start = ds.offsets[task]
+                assert set(rows) == set(range(start, start + len(datasets[task])))
+                if own[task] == turns:
+                    assert len(rows) == len(datasets[task])
+
+
+def test_entity_head_starts_from_the_pretrained_mlm_head(tmp_path, caplog):
+    """With the checkpoint's MLM head loaded, the entity head computes exactly BertForMaskedLM's logits; an
+    encoder-only checkpoint gives None and a log line (the head then starts random)."""
+    from transformers import AutoModel, BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    mlm = BertForMaskedLM(BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64)).eval()
+    with torch.no_grad():
+        mlm.cls.predictions.bias.normal_()  # zeros at init: make the bias tell
+    mlm.save_pretrained(tmp_path / "with-head")
+    mlm.bert.save_pretrained(tmp_path / "encoder-only")
+    weights = pretrained_mlm_head(str(tmp_path / "with-head"))
+    assert weights is not None and set(weights) == {"dense.weight", "dense.bias", "norm.weight", "norm.bias", "bias"}
+    model = KGMultiTaskModel(AutoModel.from_pretrained(tmp_path / "with-head"), num_relations=2).eval()
+    random_start = model.mlm_transform[0].weight.detach().clone()
+    model.load_mlm_head(weights)
+    assert not torch.equal(model.mlm_transform[0].weight, random_start)
+    ids = torch.randint(5, 60, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        hidden = model.encoder(input_ids=ids).last_hidden_state
+        ours = model.mlm_transform(hidden) @ model.encoder.get_input_embeddings().weight.t() + model.mlm_bias
+        torch.testing.assert_close(ours, mlm(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+    with caplog.at_level("INFO", logger="kinject"):
+        assert pretrained_mlm_head(str(tmp_path / "encoder-only")) is None
+    assert "no pre-trained MLM head" in caplog.text and "starts random" in caplog.text
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="no CUDA accelerator on this machine: the b+f retraining step on one was not run")
+def test_bf_retraining_step_on_the_accelerator(kg, tiny_model, tmp_path):
+    """b+f on CUDA: the CPU-made gates (1 - m) and update rates follow the model the Trainer moved."""
+    from transformers import AutoModel
+
+    data, tokenizer, _ = kg
+    encoder = AutoModel.from_pretrained(tiny_model)
+    mask = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]])
+    before = snapshot(encoder)
+    training = TrainingSpec(max_steps=2, learning_rate=5e-3, batch_size=4, warmup_ratio=0.0, save_steps=100)
+    retrain(encoder, tokenizer, {t: getattr(data, t) for t in KG_TASKS}, len(data.relations), training,
+            tmp_path / "work", seed=0, mask=mask, forward_mask=True)
+    assert next(encoder.parameters()).device.type == "cuda"
+    after = snapshot(encoder)
+    for (layer, head), slices in before.items():
+        for name, old in slices.items():
+            assert torch.equal(after[(layer, head)][name].cpu(), old) == bool(mask[layer, head] == 1)

@@ -3,6 +3,9 @@ save -> load -> same logits, and the frozen base during partition-adapter traini
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 import torch
 
@@ -185,3 +188,70 @@ def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenize
     assert all(torch.equal(before[k], after[k]) for k in after if k not in adapter_keys)  # the base did not move
     assert base_digest(encoder) == digest
 
+
+
+@pytest.mark.xfail(strict=True, reason="`kinject eval` loads with plain from_pretrained, which drops the adapters and "
+                   "the fusion: it needs the load hook asked of the lead in docs/mop.md (then remove this mark)")
+def test_kinject_eval_scores_a_saved_mop_model_like_its_own_loader(tiny_model, adapter_dirs, tokenizer, tmp_path,
+                                                                   textcls_dir, capsys):
+    from helpers import run_kinject
+
+    from kinject.interfaces import Environment
+    from kinject.plugins.mop.fusion import load_fused_model, save_fused_model
+    from kinject.plugins.mop.scoring import score_splits
+    from kinject.registry import registry
+
+    model, fuse, mix = fused(tiny_model, adapter_dirs, "gumbel", tau=0.5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "adapter_fusion_layer" in name or "classifier" in name:
+                p.add_(torch.randn_like(p))
+    save_fused_model(model, tokenizer, tmp_path / "model", fuse, mix)
+    assert run_kinject("eval", str(tmp_path / "model"), "--task", "textcls", "--set", f"task.path={textcls_dir}",
+                       "--set", "model.max_length=32", "-o", str(tmp_path / "eval")) == 0
+    task = registry("tasks").get("textcls")(path=str(textcls_dir))
+    env = Environment(tmp_path, tmp_path / "cache")
+    _, records = score_splits(load_fused_model(tmp_path / "model"), tokenizer, task, env, 64, 32, tmp_path / "w")
+    expected = [r["scores"] for r in records["test"]]
+    got = [json.loads(line)["scores"] for line in (tmp_path / "eval" / "predictions" / "test.jsonl").read_text()
+           .splitlines()]
+    assert np.allclose(got, expected, atol=1e-6)
+
+
+def test_adapter_training_resumes_from_its_checkpoint(tiny_model, tokenizer, tmp_path):
+    """An adapter run killed after its step-2 checkpoint and resumed ends where an uninterrupted run ends."""
+    from adapters import SeqBnConfig
+
+    from kinject.kg.batching import KGCollator
+    from kinject.models import load_encoder
+    from kinject.plugins.mop.knowledge import EntityPredictor, adapter_encoder
+    from kinject.spec import TrainingSpec
+    from kinject.training import train
+
+    rows = tokenizer(["gene", "drug dose", "tumor cells", "protein level"] * 4, ["causes"] * 16)
+    features = [{"input_ids": ids, "attention_mask": m, "labels": i % 3}
+                for i, (ids, m) in enumerate(zip(rows["input_ids"], rows["attention_mask"]))]
+
+    class Crash(KGCollator):  # the run dies after its checkpoint at step 2
+        calls = 0
+
+        def __call__(self, batch):
+            Crash.calls += 1
+            if Crash.calls == 4:  # (accelerate fetches one batch ahead)
+                raise KeyboardInterrupt
+            return super().__call__(batch)
+
+    def run(work, resume: bool, collator):
+        torch.manual_seed(0)
+        model = EntityPredictor(adapter_encoder(load_encoder(tiny_model), "part-0",
+                                                SeqBnConfig(reduction_factor=8).to_dict()), 3)
+        spec = TrainingSpec(max_steps=4, batch_size=4, learning_rate=1e-2, save_steps=2)
+        return model, train(model, features, collator, spec, work, seed=0, resume=resume)
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "work", False, Crash(tokenizer))
+    model, resumed = run(tmp_path / "work", True, KGCollator(tokenizer))
+    assert resumed["resumed_from_step"] == 2 and resumed["global_step"] == 4
+    reference, _ = run(tmp_path / "fresh", False, KGCollator(tokenizer))
+    state, expected = model.state_dict(), reference.state_dict()
+    assert all(torch.allclose(state[k], expected[k], atol=1e-6) for k in expected)

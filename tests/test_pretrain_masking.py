@@ -110,3 +110,25 @@ def test_a_batch_always_has_a_target(tokenizer):
     collator = WholeWordMaskCollator(tokenizer, probability=1e-9, generator=torch.Generator().manual_seed(0))
     labels = collator(rows)["labels"]
     assert (labels != -100).any()
+
+
+def test_sparse_prediction_gives_the_full_forward_loss_and_gradients(tokenizer, tiny_model):
+    from transformers import AutoModelForMaskedLM
+
+    from kinject.plugins.pretrain.mlm import sparse_prediction
+
+    batch = WholeWordMaskCollator(tokenizer, generator=torch.Generator().manual_seed(0))(_batch(tokenizer, 60)[:6])
+    model = AutoModelForMaskedLM.from_pretrained(tiny_model).eval()
+    full = model(**batch).loss
+    full.backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    with sparse_prediction(model) as sparse:
+        out = model(**batch)
+        assert sparse and out.logits.shape == (int((batch["labels"] != -100).sum()), len(tokenizer))
+        out.loss.backward()
+    assert "forward" not in model.__dict__  # the model's own forward is back
+    assert torch.allclose(out.loss, full, atol=1e-6)
+    for name, param in model.named_parameters():
+        if name in expected:
+            assert torch.allclose(param.grad, expected[name], atol=1e-6), name

@@ -64,6 +64,7 @@ def test_config_rejects_inconsistent_settings():
     ("latin1", b"a first line that is long enough\nna\xefve caf\xe9 text here\n", [], "corpus.txt:2: invalid UTF-8"),
     ("vocab", None, ["--set", "strategy.init=scratch", "--set", "strategy.vocab_size=500"], "strategy.vocab_size: 500"),
     ("positions", None, ["--set", "model.max_length=1024"], "model.max_length: 1024 is beyond the 512 positions"),
+    ("length", None, ["--set", "strategy.max_length=600"], "strategy.max_length: 600 is beyond the 512 positions"),
     ("scratch-positions", None, ["--set", "strategy.init=scratch", "--set", "strategy.vocab_size=3000",
                                  "--set", "strategy.scratch.positions=32"], "strategy.scratch.positions"),
     ("kind", None, ["--set", 'sources=[{"name": "hpo"}]'], "sources.0: strategy 'pretrain' does not use a triples"),
@@ -104,14 +105,23 @@ def test_stage_plans(tmp_path, tiny_model, textcls_dir):
     exclude = stages["pretrain-corpus"].config.exclude
     assert [ref.name for ref in exclude] == ["textcls"] and exclude[0].limit is None
     from kinject.engine import plan
-    from kinject.finetune import FinetuneStrategy  # noqa: F401  (the baseline shares the finetune strategy's key)
 
+    keys = lambda data: {p.stage.name: p.key for p in plan(prepare(data))}  # noqa: E731
+    ours = keys(spec(tmp_path, corpus, task))
     data = spec(tmp_path, corpus, task)
-    data["strategy"] = {"name": "finetune"}
-    data["sources"] = []
-    baseline = {p.stage.name: p.key for p in plan(prepare(data))}
-    ours = {p.stage.name: p.key for p in plan(prepare(spec(tmp_path, corpus, task)))}
+    data["strategy"], data["sources"] = {"name": "finetune"}, []
+    baseline = keys(data)
     assert ours["finetune"] == baseline["finetune"] and ours["evaluate"] == baseline["evaluate"]
+    # a source that already holds the task's test text out: pretraining does not depend on the task, nor on
+    # fine-tuning-only settings, so runs on other tasks share it
+    data = spec(tmp_path, corpus, task)
+    data["sources"][0]["tasks"] = [task]
+    covered = keys(data)
+    data["task"], data["model"]["pooling"] = None, "mean"
+    alone = keys(data)
+    assert all(covered[name] == alone[name] for name in alone)
+    data["strategy"]["max_length"] = 32
+    assert keys(data)["pretrain-mlm"] != alone["pretrain-mlm"]
 
 
 def test_continual_without_a_task_lowers_perplexity_and_loads(tmp_path, tiny_model):

@@ -235,3 +235,42 @@ def test_cli_module_is_light_at_import():
             "print(sorted(m for m in ('torch', 'transformers', 'kinject.engine', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_token_level_intermediate_keeps_the_base_pooler_for_a_sequence_target(tmp_path, cache_dir, tiny_model):
+    """NER has no pooler: without carrying it, the target would start from a random pooler, the baseline from
+    the pre-trained one."""
+    import torch
+    from transformers import AutoModel
+
+    import kinject.training
+
+    ner = tmp_path / "data" / "ncbi_disease"
+    ner.mkdir(parents=True)
+    sentence = "Familial\tO\nadenomatous\tB-Disease\npolyposis\tI-Disease\nis\tO\na\tO\ncancer\tB-Disease\n.\tO\n"
+    for name in ("train.tsv", "devel.tsv", "test.tsv"):
+        (ner / name).write_text((sentence + "\n") * 8)
+    target = write_textcls(tmp_path / "target", n_train=16, n_eval=4)
+    real_train, started = kinject.training.train, {}
+
+    def spy(model, *args, stage="train", **kwargs):
+        started[stage] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return real_train(model, *args, stage=stage, **kwargs)
+
+    data = spec_data(target, ["ncbi-disease"], cache_dir, tiny_model)
+    data["data_dir"] = str(tmp_path / "data")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kinject.training, "train", spy)
+        run = execute(data, tmp_path / "run")
+    assert list(started) == ["intermediate-1-ncbi-disease", "finetune"]
+    assert not any("pooler" in k for k in started["intermediate-1-ncbi-disease"])  # the token model has none
+    base = AutoModel.from_pretrained(tiny_model).pooler.dense
+    start = started["finetune"]
+    assert torch.equal(start["bert.pooler.dense.weight"], base.weight)
+    assert torch.equal(start["bert.pooler.dense.bias"], base.bias)
+    # ... while the encoder the target starts from is the intermediate's (trained), not the base model's
+    assert not torch.equal(start["bert.encoder.layer.0.attention.self.query.weight"],
+                           AutoModel.from_pretrained(tiny_model).encoder.layer[0].attention.self.query.weight)
+    # the intermediate model on disk carries the pooler, so plain AutoModel.from_pretrained loads it as well
+    inter = Path(next(s["dir"] for s in run["stages"] if s["name"] == "intermediate-1-ncbi-disease")) / "model"
+    torch.testing.assert_close(AutoModel.from_pretrained(inter).pooler.dense.weight, base.weight, rtol=0, atol=0)

@@ -4,8 +4,8 @@ benchmark tasks read through each task's own reader (``task.examples``; train an
 No test text reaches the corpus: every test split of the corpus's tasks (and of ``exclude_tasks``, and of
 any task a caller adds, e.g. the pretraining run's own task) and every evaluation split of a retrieval task
 (each evaluated CAPR query and passage) goes into a :class:`HeldOutText` filter first; a corpus text is
-dropped when it equals one of those texts or shares a sentence with one (compared on lower-cased
-letters and digits only, so tokenisation and spacing differences do not hide an overlap). Deduplication
+dropped when it equals one of those texts or shares a sentence with one (compared lower-cased, without ASCII
+punctuation and spaces, so tokenisation and spacing differences do not hide an overlap). Deduplication
 keeps one 64-bit key per text in an on-disk SQLite table, so memory stays flat in the corpus size.
 """
 

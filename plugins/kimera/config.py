@@ -48,8 +48,9 @@ class KimeraConfig(PluginConfig):
     max_rounds: int = Field(40, ge=1, description="Cap on masking rounds.")
     score_split: str | None = Field(None, description="Split scored for head importance and the mask search "
                                     "(default: the task's first evaluation split, e.g. dev).")
-    score_examples: int = Field(1000, ge=1, description="Examples in the scoring set (retrieval tasks: whole "
-                                "candidate groups, so roughly this many pairs).")
+    score_examples: int | None = Field(None, ge=2, description="Cap on the scoring set: the first N examples of "
+                                       "score_split (retrieval tasks: whole candidate groups, so roughly N pairs); "
+                                       "None: the whole split.")
     score_batch_size: int = Field(32, ge=1, description="Batch size of importance scoring.")
     search_metric: str | None = Field(None, description="Metric the search watches (default: the task's selection "
                                       "metric: mrr for retrieval tasks, else the primary metric); higher must be better.")
@@ -60,6 +61,11 @@ class KimeraConfig(PluginConfig):
     kg_max_triples: int | None = Field(20000, ge=1, description="Use the first N triples of the source "
                                        "(None: all). --limit does not cap the KG.")
     alphas: TaskWeights = Field(default_factory=TaskWeights, description="KG task loss weights.")
+    task_sampling: Literal["proportional", "uniform"] = Field(
+        "proportional", description="Which KG task a batch comes from: proportional (every batch of every task "
+        "once per epoch, shuffled: task i is drawn with probability pi_i ~ its size, so the expected loss is "
+        "sum pi_i alpha_i L_i) or uniform (tasks take turns, smaller tasks repeat: each task is equally likely, "
+        "the expected loss is sum alpha_i L_i / n, the paper's Eq. 4).")
     pooling: Literal["cls", "mean", "max", "learned"] = Field("cls", description="Pooling for the relation and "
                                                                "triplet heads.")
     other_params: Literal["train", "freeze"] = Field(

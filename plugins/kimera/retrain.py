@@ -2,10 +2,13 @@
 
 Tasks (paper section 2.2): entity prediction as MLM over every token of the masked entity (o given
 (s, r) and s given (r, o)), relation prediction (multi-class), triplet classification (binary, with
-corrupted negatives). Each batch holds one task; batches of all tasks are shuffled together, so the
-expected loss is sum_i alpha_i L_i. Classification heads pool the encoder output (cls, mean, max, or
-a learned attention pooling). The head mask scales each head's updates (masks.HeadUpdateScaler) and,
-with ``forward_mask``, gates the heads in the forward pass as well.
+corrupted negatives). Each batch holds one task. ``task_sampling``: ``proportional`` shuffles every
+batch of every task together (task i drawn with probability pi_i ~ its size: expected loss
+sum_i pi_i alpha_i L_i) or ``uniform`` lets the tasks take turns (expected loss sum_i alpha_i L_i / n).
+The entity head starts from the model's pre-trained MLM head when the checkpoint has one.
+Classification heads pool the encoder output (cls, mean, max, or a learned attention pooling). The head
+mask scales each head's updates (masks.HeadUpdateScaler) and, with ``forward_mask``, gates the heads in
+the forward pass as well.
 """
 
 from __future__ import annotations
@@ -27,6 +30,49 @@ log = logging.getLogger("kinject")
 KG_TASKS = ("entity", "relation", "triplet")
 TASK_ID = {name: i for i, name in enumerate(KG_TASKS)}
 
+# model_type -> (dense, LayerNorm, output bias) of the pre-trained MLM head in its *ForMaskedLM model
+MLM_HEADS: dict[str, tuple[str, str, str]] = {
+    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"),
+    "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+    "xlm-roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
+    "electra": ("generator_predictions.dense", "generator_predictions.LayerNorm", "generator_lm_head.bias"),
+    "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias"),
+    "distilbert": ("vocab_transform", "vocab_layer_norm", "vocab_projector.bias"),
+}
+
+
+def pretrained_mlm_head(path: str, revision: str | None = None) -> dict[str, torch.Tensor] | None:
+    """The MLM head (transform dense + LayerNorm, output bias) of the checkpoint at ``path`` when it has one,
+    as ``{dense.weight, dense.bias, norm.weight, norm.bias, bias}``; None (and a log line) when it has not."""
+    from transformers import AutoConfig, AutoModelForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    from kinject.models import offline
+
+    config = AutoConfig.from_pretrained(path, revision=revision, local_files_only=offline())
+    names = MLM_HEADS.get(config.model_type)
+    if names is None:
+        log.info("kimera retrain: no MLM head map for model type %r; the entity head starts random", config.model_type)
+        return None
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the missing head is expected for encoder-only checkpoints
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(path, revision=revision, local_files_only=offline(),
+                                                           output_loading_info=True)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    dense, norm, bias = names
+    wanted = {"dense.weight": f"{dense}.weight", "dense.bias": f"{dense}.bias", "norm.weight": f"{norm}.weight",
+              "norm.bias": f"{norm}.bias", "bias": bias}
+    missing = set(info["missing_keys"])
+    state = model.state_dict()
+    if any(key in missing or key not in state for key in wanted.values()):
+        log.info("kimera retrain: %s has no pre-trained MLM head (%s); the entity head starts random", path,
+                 f"{dense}.* not in the checkpoint")
+        return None
+    log.info("kimera retrain: the entity head starts from the pre-trained MLM head of %s", path)
+    return {ours: state[theirs].detach().clone() for ours, theirs in wanted.items()}
+
 
 class KGMultiTaskModel(nn.Module):
     """An encoder with the three KG heads: MLM (tied to the word embeddings), relation, triplet."""
@@ -39,12 +85,25 @@ class KGMultiTaskModel(nn.Module):
         hidden = config.hidden_size
         self.pooling = pooling
         self.alphas = {name: 1.0 for name in KG_TASKS} | (alphas or {})
-        self.mlm_transform = nn.Sequential(nn.Linear(hidden, hidden), nn.GELU(),
-                                           nn.LayerNorm(hidden, eps=getattr(config, "layer_norm_eps", 1e-12)))
-        self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        from transformers.activations import ACT2FN
+
+        act = getattr(config, "hidden_act", None) or getattr(config, "activation", "gelu")
+        embed = encoder.get_input_embeddings().weight.shape[1]  # ALBERT: the MLM head maps to the embedding size
+        self.mlm_transform = nn.Sequential(nn.Linear(hidden, embed), ACT2FN[act if isinstance(act, str) else "gelu"],
+                                           nn.LayerNorm(embed, eps=getattr(config, "layer_norm_eps", 1e-12)))
+        self.mlm_bias = nn.Parameter(torch.zeros(encoder.get_input_embeddings().weight.shape[0]))
         self.relation_head = nn.Linear(hidden, max(num_relations, 1))
         self.triplet_head = nn.Linear(hidden, 2)
         self.pool_score = nn.Linear(hidden, 1) if pooling == "learned" else None
+
+    @torch.no_grad()
+    def load_mlm_head(self, weights: dict[str, torch.Tensor]) -> None:
+        """Start the entity head from a pre-trained MLM head (:func:`pretrained_mlm_head`)."""
+        dense, norm = self.mlm_transform[0], self.mlm_transform[2]
+        for module, prefix in ((dense, "dense"), (norm, "norm")):
+            module.weight.copy_(weights[f"{prefix}.weight"])
+            module.bias.copy_(weights[f"{prefix}.bias"])
+        self.mlm_bias.copy_(weights["bias"])
 
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, D) by the configured pooling; padding never counts."""
@@ -101,28 +160,49 @@ class KGBatchDataset(torch.utils.data.ConcatDataset):
 
 
 class MultiTaskBatchSampler:
-    """Batches of one task each (length-grouped within the task), shuffled across tasks every epoch.
+    """Batches of one task each (length-grouped within the task), mixed across tasks every epoch.
 
-    ``batches_of(lengths, batch_size, seed)`` yields index lists for one task (kinject.kg.batching's
+    ``sampling="proportional"``: every batch of every task once per epoch, shuffled together (a task's share of
+    the batches is its share of the rows). ``"uniform"``: the tasks take turns in a shuffled order each turn,
+    for as many turns as the largest task has batches; a smaller task starts a new shuffled pass when it runs
+    out. ``batches_of(lengths, batch_size, seed)`` yields index lists for one task (kinject.kg.batching's
     length_grouped_batches); a task whose alpha is 0 is left out.
     """
 
-    def __init__(self, data: KGBatchDataset, batch_size: int, seed: int, alphas: dict[str, float], batches_of):
+    def __init__(self, data: KGBatchDataset, batch_size: int, seed: int, alphas: dict[str, float], batches_of,
+                 sampling: str = "proportional"):
         from kinject.kg.batching import lengths_of
 
+        if sampling not in ("proportional", "uniform"):
+            raise ValueError(f"task sampling {sampling!r} (expected proportional or uniform)")
         self.data, self.batch_size, self.seed, self.batches_of = data, batch_size, seed, batches_of
+        self.sampling = sampling
         self.tasks = [n for n in data.names if alphas.get(n, 1.0) > 0]
         self.lengths = {n: lengths_of(data.tasks[n]) for n in self.tasks}
         self.epoch = 0
         self._cache = self._plan(0)
 
+    def _task_batches(self, name: str, seed: int) -> list[list[int]]:
+        offset = self.data.offsets[name]
+        return [[offset + int(i) for i in batch] for batch in self.batches_of(self.lengths[name], self.batch_size, seed)]
+
     def _plan(self, epoch: int) -> list[list[int]]:
-        plan = []
-        for name in self.tasks:
-            offset = self.data.offsets[name]
-            for batch in self.batches_of(self.lengths[name], self.batch_size, self.seed + epoch):
-                plan.append([offset + int(i) for i in batch])
-        random.Random(self.seed * 1000 + epoch).shuffle(plan)
+        rng = random.Random(self.seed * 1000 + epoch)
+        per_task = {name: self._task_batches(name, self.seed + epoch) for name in self.tasks}
+        if self.sampling == "proportional":
+            plan = [batch for name in self.tasks for batch in per_task[name]]
+            rng.shuffle(plan)
+            return plan
+        turns = max((len(b) for b in per_task.values()), default=0)
+        plan, used, passes = [], {name: 0 for name in self.tasks}, {name: 0 for name in self.tasks}
+        for _ in range(turns):
+            for name in rng.sample(self.tasks, len(self.tasks)):
+                if used[name] == len(per_task[name]):  # a smaller task: a new pass, shuffled differently
+                    passes[name] += 1
+                    per_task[name] = self._task_batches(name, self.seed + epoch + 7919 * passes[name])
+                    used[name] = 0
+                plan.append(per_task[name][used[name]])
+                used[name] += 1
         return plan
 
     def __len__(self) -> int:
@@ -176,10 +256,12 @@ def kg_trainer_class():
 def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relations: int, training, work: Path,
             seed: int, mask: torch.Tensor | None = None, forward_mask: bool = False, other_params: str = "train",
             pooling: str = "cls", alphas: dict[str, float] | None = None, batches_of=None,
-            resume: bool = False) -> dict[str, float]:
+            resume: bool = False, task_sampling: str = "proportional",
+            mlm_head: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """Train ``encoder`` in place on the KG tasks; ``mask`` (L, H) scales each head's updates by 1 - m.
 
-    ``training`` is a kinject TrainingSpec (max_steps/epochs, learning rate, batch size, decay).
+    ``training`` is a kinject TrainingSpec (max_steps/epochs, learning rate, batch size, decay);
+    ``mlm_head`` (:func:`pretrained_mlm_head`) initialises the entity head, else it starts random.
     """
     from transformers import set_seed
 
@@ -187,13 +269,15 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
 
     set_seed(seed)
     model = KGMultiTaskModel(encoder, num_relations, pooling, alphas)
+    if mlm_head is not None:
+        model.load_mlm_head(mlm_head)
     if other_params == "freeze":
         frozen = freeze_non_attention(model, encoder)
         log.info("kimera retrain: %d non-attention encoder parameters frozen", frozen)
     data = KGBatchDataset(datasets)
     if batches_of is None:
         from kinject.kg.batching import length_grouped_batches as batches_of
-    sampler = MultiTaskBatchSampler(data, training.batch_size, seed, model.alphas, batches_of)
+    sampler = MultiTaskBatchSampler(data, training.batch_size, seed, model.alphas, batches_of, task_sampling)
     if not len(sampler):
         from kinject.errors import KinjectError
 
@@ -221,5 +305,6 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
     stats = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     stats["global_step"] = float(trainer.state.global_step)
     stats["batches_per_epoch"] = float(len(sampler))
+    stats["mlm_head"] = "pretrained" if mlm_head is not None else "random"
     stats.update({f"kg_rows_{n}": float(len(data.tasks[n])) for n in data.names})
     return stats

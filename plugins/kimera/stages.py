@@ -31,7 +31,6 @@ class MaskConfig(StageConfig):
     rho: float
     max_rounds: int
     scoring: ScoringConfig
-    seed: int = 0  # of the bootstrap resampling of the round intervals
     finetuned_model: ModelRef | None = None  # a given task model instead of the phase-1 input
 
 
@@ -44,6 +43,7 @@ class RetrainConfig(StageConfig):
     source: SourceRef
     kg: dict  # the kg_* fields of the KIMERA config
     alphas: dict[str, float]
+    task_sampling: Literal["proportional", "uniform"] = "proportional"
     pooling: str
     other_params: str
     weight_decay: float
@@ -66,11 +66,10 @@ def task_model(path, head, attn: str):
     return load_task_model(path, head, attn)
 
 
-def scoring_set(scoring: ScoringConfig, ctx: StageContext, tokenizer):
+def scoring_set(scoring: ScoringConfig, task, env, tokenizer):
     """The importance scoring set (kimera.scoring.ScoringSet) of a stage."""
     from .scoring import build_scoring_set
 
-    task, env = scoring.task.build(), scoring.task.environment(ctx)
     return build_scoring_set(task, env, scoring.split, scoring.examples, tokenizer, scoring.max_length,
                              scoring.batch_size)
 
@@ -88,12 +87,12 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
     tokenizer = load_tokenizer(str(model_dir))
     head = task.head(env)
     model = task_model(model_dir, head, scoring.attn)
-    chosen = scoring_set(scoring, ctx, tokenizer)
+    chosen = scoring_set(scoring, task, env, tokenizer)
 
     def metric(logits) -> float:
         return task.score(scoring.split, chosen.examples, chosen.features, chosen.restore(logits), env)[scoring.metric]
 
-    interval = RoundInterval(task, env, scoring.split, scoring.metric, chosen, seed=cfg.seed)
+    interval = RoundInterval(task, env, scoring.split, scoring.metric, chosen)
     result = search_mask(model, chosen.batches, head.problem_type, metric, cfg.rho, cfg.tau,
                          soft=cfg.kind == "soft", max_rounds=cfg.max_rounds, interval=interval)
     save_masks(ctx.out / "masks.json", **{cfg.kind: result.mask, "importance": result.first_importance})
@@ -120,7 +119,7 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     from kinject.stages import save_model
 
     from .masks import load_mask
-    from .retrain import KG_TASKS, retrain
+    from .retrain import KG_TASKS, pretrained_mlm_head, retrain
 
     tokenizer = cfg.model.load_tokenizer()
     attn = cfg.model.attn_implementation
@@ -132,6 +131,7 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
                                                     attn_implementation=attn), cfg.model.layers)
     else:
         encoder = cfg.model.load_encoder()
+    mlm_head = None if cfg.from_scratch else pretrained_mlm_head(cfg.model.path, cfg.model.revision)
     kg = cfg.kg
     alphas = dict(cfg.alphas)
     tasks = [t for t in KG_TASKS if alphas[t] > 0]
@@ -153,7 +153,8 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
                             logging_steps=max(steps // 10, 1), bf16=cfg.bf16)
     stats = retrain(encoder, tokenizer, {t: getattr(data, t) for t in tasks}, len(data.relations), training,
                     ctx.work, cfg.seed, mask=head_mask, forward_mask=cfg.forward_mask, other_params=cfg.other_params,
-                    pooling=cfg.pooling, alphas=alphas, batches_of=length_grouped_batches, resume=ctx.resume)
+                    pooling=cfg.pooling, alphas=alphas, batches_of=length_grouped_batches, resume=ctx.resume,
+                    task_sampling=cfg.task_sampling, mlm_head=mlm_head)
     stats["kg"] = data.stats
     if is_main_process():
         save_model(encoder, tokenizer, ctx.out / "model")
@@ -185,7 +186,7 @@ def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
     tokenizer = load_tokenizer(str(model_dir))
     head = task.head(env)
     model = task_model(model_dir, head, scoring.attn)
-    raw, _ = score_heads(model, scoring_set(scoring, ctx, tokenizer).batches, head.problem_type)
+    raw, _ = score_heads(model, scoring_set(scoring, task, env, tokenizer).batches, head.problem_type)
     masks_file = ctx.inputs[f"kimera-mask-{cfg.kind}"] / "masks.json"
     mask = load_mask(masks_file, cfg.kind)
     before = load_mask(masks_file, "importance", tuple(mask.shape))

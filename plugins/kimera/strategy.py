@@ -88,7 +88,8 @@ class KimeraStrategy(Strategy):
         config = RetrainConfig(
             model=run.model_ref(), seed=run.spec.seed, mask=mask, forward_mask=forward, from_scratch=scratch,
             source=source, kg={k: v for k, v in cfg.model_dump(mode="json").items() if k.startswith("kg_")},
-            alphas=cfg.alphas.model_dump(), pooling=cfg.pooling, other_params=cfg.other_params,
+            alphas=cfg.alphas.model_dump(), task_sampling=cfg.task_sampling, pooling=cfg.pooling,
+            other_params=cfg.other_params,
             weight_decay=training.weight_decay, warmup_ratio=training.warmup_ratio, bf16=training.bf16)
         return Stage(name="kimera-retrain", body=retrain_body, config=config,
                      inputs=(f"kimera-mask-{mask}",) if mask != "none" else (), produces_model=True)

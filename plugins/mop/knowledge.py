@@ -89,13 +89,19 @@ class EntityPredictor(nn.Module):
         loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
+    # ``adapters.init`` adds prompt tuning's ``base_model_embeddings``, an alias of the word embeddings; safetensors
+    # checkpoints refuse tensors that share memory, so checkpoints leave the alias out and loading fills it back in
+    ALIAS = ".prompt_tuning.base_model_embeddings."
+
     def state_dict(self, *args, **kwargs):
-        """Without the alias of the word embeddings that ``adapters.init`` adds (prompt tuning's
-        ``base_model_embeddings``): safetensors checkpoints refuse tensors that share memory."""
         state = super().state_dict(*args, **kwargs)
-        for key in [k for k in state if ".prompt_tuning.base_model_embeddings." in k]:
+        for key in [k for k in state if self.ALIAS in k]:
             del state[key]
         return state
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        aliases = {k: v for k, v in super().state_dict().items() if self.ALIAS in k and k not in state_dict}
+        return super().load_state_dict({**state_dict, **aliases}, strict=strict, assign=assign)
 
 
 def adapter_encoder(encoder, name: str, adapter_config: dict[str, Any]):

@@ -47,6 +47,8 @@ class PretrainConfig(PluginConfig):
     heldout_fraction: float = Field(0.01, gt=0, lt=0.5, description="Share of the corpus texts (every 1/f-th) "
                                     "held out for perplexity.")
     heldout_max_texts: int = Field(2000, ge=1, description="Cap on held-out texts.")
+    max_length: int | None = Field(None, ge=8, le=8192, description="Tokens per pretraining sequence (default: "
+                                   "model.max_length, which fine-tuning uses).")
     mlm_probability: float = Field(0.15, gt=0, lt=1, description="Share of words masked (whole words).")
     mask_replace: float = Field(0.8, ge=0, le=1, description="Of the masked words: share replaced by [MASK].")
     random_replace: float = Field(0.1, ge=0, le=1, description="Of the masked words: share replaced by random "

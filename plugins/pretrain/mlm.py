@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import math
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -86,9 +88,47 @@ def freeze_encoder(model) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
+def mlm_head(model):
+    """The masked-LM's head (hidden states -> vocabulary logits) when it is the one module beside the encoder
+    (BERT's ``cls``, RoBERTa's ``lm_head``); None otherwise."""
+    others = [module for name, module in model.named_children() if name != model.base_model_prefix]
+    return others[0] if len(others) == 1 else None
+
+
+@contextmanager
+def sparse_prediction(model) -> Iterator[bool]:
+    """While active, a forward with labels applies the MLM head to the labelled positions only: the same loss
+    (mean cross-entropy over the labelled tokens) without projecting the other ~85% of the tokens onto the
+    vocabulary, often the largest matrix product of a small encoder. Yields whether it applies."""
+    import torch.nn.functional as F
+    from transformers.modeling_outputs import MaskedLMOutput
+
+    head = mlm_head(model)
+    if head is None:
+        yield False
+        return
+    full = model.forward
+
+    def forward(input_ids=None, attention_mask=None, token_type_ids=None, labels=None):
+        if labels is None:
+            return full(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, **extra)[0]
+        where = labels != -100
+        logits = head(hidden[where])
+        return MaskedLMOutput(loss=F.cross_entropy(logits.float(), labels[where]), logits=logits)
+
+    model.forward = forward
+    try:
+        yield True
+    finally:
+        del model.forward
+
+
 def train_mlm(model, dataset, collator, training, work: Path, seed: int, stage: str, resume: bool) -> dict:
     """Train ``model`` on a packed, memory-mapped ``dataset`` through HF Trainer with kinject's training
-    arguments (seeded, resumable from ``work``, DDP under torchrun). Returns loss, steps, tokens/s."""
+    arguments (seeded, resumable from ``work``, DDP under torchrun), the head applied only where there are
+    labels (:func:`sparse_prediction`). Returns loss, steps, tokens/s."""
     from transformers import Trainer, set_seed
 
     from kinject.distributed import world_size
@@ -97,11 +137,12 @@ def train_mlm(model, dataset, collator, training, work: Path, seed: int, stage: 
     set_seed(seed)
     counter = PaddingCounter(collator)
     args = training_arguments(training, work, seed, remove_unused_columns=False)
-    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=counter,
-                      callbacks=[_HookCallback(stage, None, None)])
-    _quiet_progress(trainer)
-    checkpoint = last_checkpoint(work) if resume else None
-    result = trainer.train(resume_from_checkpoint=checkpoint)
+    with sparse_prediction(model):
+        trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=counter,
+                          callbacks=[_HookCallback(stage, None, None)])
+        _quiet_progress(trainer)
+        checkpoint = last_checkpoint(work) if resume else None
+        result = trainer.train(resume_from_checkpoint=checkpoint)
     stats = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     runtime = stats.get("train_runtime") or float("nan")
     stats.update(useful_token_fraction=counter.useful_fraction, global_step=float(result.global_step),
@@ -195,9 +236,11 @@ def score_windows(model, windows: list[tuple[list[int], list[int], list[int]]], 
                 labels[row, :len(lab)] = torch.tensor(lab)
                 attention[row, :len(i)] = 1
                 owners.extend(own)
-            logits = model(input_ids=ids, attention_mask=attention).logits
             where = labels != -100
-            nll = torch.nn.functional.cross_entropy(logits[where].float(), labels[where], reduction="none")
+            with sparse_prediction(model) as sparse:  # logits of the masked positions only, in row order
+                logits = model(input_ids=ids, attention_mask=attention, labels=labels if sparse else None).logits
+            logits = logits if sparse else logits[where]
+            nll = torch.nn.functional.cross_entropy(logits.float(), labels[where], reduction="none")
             token_nll.extend(nll.tolist())
     per_word: dict[int, float] = {}
     for owner, value in zip(owners, token_nll):

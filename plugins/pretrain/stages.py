@@ -88,6 +88,9 @@ def corpus_body(cfg: CorpusStageConfig, ctx: StageContext) -> None:
              "excluded_test_texts": held.texts, **{k.replace(" ", "_"): v for k, v in source.stats.items()}}
     _write_json(ctx.out / "corpus.json", stats)
     _write_json(ctx.out / "metrics.json", {"corpus": stats})
+    with open(ctx.out / "heldout.jsonl", "w", encoding="utf-8") as handle:  # for `kinject vocab compare --corpus`
+        for text in _texts(ctx.out / "heldout.arrow"):
+            handle.write(json.dumps({"text": text}) + "\n")
 
 
 # -- vocabulary -------------------------------------------------------------------------------- #

@@ -51,8 +51,6 @@ class PretrainStrategy(Strategy):
                             "word ids and offsets)")
         if cfg.until == "vocab":
             return
-        from .mlm import usable_positions
-
         config = self._base_config(run)
         shape = cfg.scratch
         if cfg.init == "scratch":
@@ -60,12 +58,35 @@ class PretrainStrategy(Strategy):
             heads = shape.heads or config.num_attention_heads
             if hidden % heads:
                 raise SpecError(f"strategy.scratch: hidden size {hidden} is not a multiple of {heads} heads")
-        positions = shape.positions if cfg.init == "scratch" and shape.positions else usable_positions(config)
-        if run.spec.model.max_length > positions:
-            where = "strategy.scratch.positions" if cfg.init == "scratch" and shape.positions else \
-                f"model {run.spec.model.name!r}"
-            raise SpecError(f"model.max_length: {run.spec.model.max_length} is beyond the {positions} positions of "
-                            f"{where}")
+        positions = self.positions(run)
+        where = "strategy.scratch.positions" if cfg.init == "scratch" and shape.positions else \
+            f"model {run.spec.model.name!r}"
+        checks = [("strategy.max_length" if cfg.max_length else "model.max_length", self.max_length(run))]
+        if run.task is not None:
+            checks.append(("model.max_length", run.spec.model.max_length))
+        for field, length in checks:
+            if length > positions:
+                raise SpecError(f"{field}: {length} is beyond the {positions} positions of {where}")
+
+    def max_length(self, run) -> int:
+        """Tokens per pretraining sequence."""
+        return self.config.max_length or run.spec.model.max_length
+
+    def base_ref(self, run):
+        """The base model as pretraining stages hold it: the pretraining length; fine-tuning-only settings
+        (pooling) left out, so runs for different tasks share their pretraining."""
+        from kinject.refs import ModelRef
+
+        update = {"max_length": self.max_length(run), "pooling": "cls"}
+        return run.model_ref().model_copy(update={k: v for k, v in update.items() if k in ModelRef.model_fields})
+
+    def positions(self, run) -> int:
+        """The longest sequence the pretrained model will take (scratch.positions, else the base model's)."""
+        from .mlm import usable_positions
+
+        shape = self.config.scratch
+        return shape.positions if self.config.init == "scratch" and shape.positions else \
+            usable_positions(self._base_config(run))
 
     def _base_config(self, run):
         from transformers import AutoConfig
@@ -88,6 +109,19 @@ class PretrainStrategy(Strategy):
             self.__dict__["source"] = (ref, tuple(source.task_modules(run.env)))
         return self.__dict__["source"]
 
+    def _covers_task(self, run) -> bool:
+        """Whether the corpus source already holds out every test text of the run's task (then the corpus,
+        and all pretraining after it, does not depend on the task and is shared by runs on other tasks)."""
+        from kinject.registry import registry
+        from kinject.sources.corpus import HeldOutText
+
+        source = self._source(run)[0].build()
+        env = dataclasses.replace(run.env, limit=None)
+        task = registry("tasks").get(run.task.name)(run.task.config)
+        mine = HeldOutText()
+        mine.add_task(task, env, tuple(source.config.splits))
+        return mine.keys <= source.held_out(env).keys
+
     # -- stage builders ------------------------------------------------------------------------ #
     def _needs_head(self, run) -> bool:
         if self.config.head_steps == 0:
@@ -95,7 +129,7 @@ class PretrainStrategy(Strategy):
         if "needs_head" not in self.__dict__:
             from .mlm import load_mlm
 
-            ref = run.model_ref()
+            ref = self.base_ref(run)
             self.__dict__["needs_head"] = bool(load_mlm(ref.path, ref.revision, ref.attn_implementation)[1])
         return self.__dict__["needs_head"]
 
@@ -106,9 +140,9 @@ class PretrainStrategy(Strategy):
             epochs=1.0, max_steps=steps, learning_rate=learning_rate, batch_size=cfg.mlm_batch_size,
             gradient_accumulation_steps=cfg.mlm_gradient_accumulation, warmup_ratio=cfg.mlm_warmup_ratio,
             group_by_length=False, eval_steps=None))
-        return MlmConfig(model=run.model_ref(), mode=mode, scratch=cfg.scratch.model_dump() if mode == "scratch" else {},
+        return MlmConfig(model=self.base_ref(run), mode=mode, scratch=cfg.scratch.model_dump() if mode == "scratch" else {},
                          vocab_stage=vocab_stage, start_stage=start_stage, pack_stage=pack,
-                         max_length=run.spec.model.max_length, training=spec, seed=cfg.mlm_seed,
+                         max_length=self.max_length(run), training=spec, seed=cfg.mlm_seed,
                          masking=MaskingConfig(probability=cfg.mlm_probability, mask_replace=cfg.mask_replace,
                                                random_replace=cfg.random_replace))
 
@@ -119,25 +153,28 @@ class PretrainStrategy(Strategy):
         cfg = self.config
         source, modules = self._source(run)
         exclude = []
-        if run.task is not None:  # the run's own test text, read in full whatever --limit says
+        if run.task is not None and not self._covers_task(run):
+            # the run's own test text, read in full whatever --limit says, by a fresh task instance
             full = dataclasses.replace(run.env, limit=None)
             exclude = [TaskRef(**TaskRef.of(run.task, full).model_dump())]
-        stages = [Stage(name="pretrain-corpus", body=corpus_body, code=modules, artifacts=("corpus.json",),
+        stages = [Stage(name="pretrain-corpus", body=corpus_body, code=modules,
+                        artifacts=("corpus.json", "heldout.jsonl"),
                         config=CorpusStageConfig(source=source, exclude=exclude, heldout_fraction=cfg.heldout_fraction,
                                                  heldout_max_texts=cfg.heldout_max_texts))]
         if cfg.until == "corpus":
             return stages
         vocab = "pretrain-vocab" if cfg.vocabulary() == "train" else None
-        max_length = run.spec.model.max_length
+        max_length = self.max_length(run)
         if vocab:
             stages.append(Stage(name=vocab, body=vocab_body, inputs=("pretrain-corpus",), artifacts=("tokenizer",),
                                 config=VocabConfig(size=cfg.vocab_size, min_frequency=cfg.vocab_min_frequency,
                                                    alphabet_limit=cfg.vocab_alphabet_limit,
-                                                   lowercase=cfg.vocab_lowercase, model_max_length=max_length)))
+                                                   lowercase=cfg.vocab_lowercase,
+                                                   model_max_length=self.positions(run))))
         if cfg.until == "vocab":
             return stages
         stages.append(Stage(name="pretrain-pack", body=pack_body, inputs=("pretrain-corpus", *(vocab and [vocab] or [])),
-                            config=PackConfig(model=None if vocab else run.model_ref(), vocab_stage=vocab,
+                            config=PackConfig(model=None if vocab else self.base_ref(run), vocab_stage=vocab,
                                               max_length=max_length)))
         head = "pretrain-head" if self._needs_head(run) else None
         if head:
@@ -145,7 +182,7 @@ class PretrainStrategy(Strategy):
             if vocab:
                 pack = "pretrain-pack-base"
                 stages.append(Stage(name=pack, body=pack_body, inputs=("pretrain-corpus",),
-                                    config=PackConfig(model=run.model_ref(), max_length=max_length)))
+                                    config=PackConfig(model=self.base_ref(run), max_length=max_length)))
             stages.append(Stage(name=head, body=mlm_body, inputs=(pack,), config=self._mlm_config(
                 run, "head", cfg.head_steps, cfg.head_learning_rate, pack, None, None)))
         start = head if cfg.init == "continual" else None
@@ -155,7 +192,7 @@ class PretrainStrategy(Strategy):
                                                     "pretrain-pack", vocab, start)))
         stages.append(Stage(name="pretrain-evaluate", body=perplexity_body,
                             inputs=tuple(s for s in ("pretrain-corpus", "pretrain-mlm", head) if s),
-                            config=PerplexityConfig(reference=run.model_ref(), reference_stage=head,
+                            config=PerplexityConfig(reference=self.base_ref(run), reference_stage=head,
                                                     max_length=max_length, probability=cfg.mlm_probability,
                                                     texts=cfg.eval_max_texts,
                                                     batch_size=run.spec.training.eval_batch_size)))

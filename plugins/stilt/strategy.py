@@ -3,7 +3,9 @@
 Stages: ``intermediate-1-<task>`` [-> ``intermediate-2-<task>`` ...] -> ``finetune`` (target) -> ``evaluate``.
 Each intermediate stage is keyed by the model, its own task config, its training settings, the seed and the
 previous intermediate's key, never by the target: targets that share an intermediate train it once. Every
-stage puts a fresh head on the encoder it receives (``kinject.stages.build_task_model``), so task types mix.
+stage puts a fresh head on the encoder it receives (``kinject.stages.build_task_model``), so task types mix;
+an intermediate whose model has no pooler (token heads, mean pooling) keeps the pooler of the model it started
+from (:mod:`.pooler`), so a sequence target starts from the same pooler as the no-intermediate baseline.
 """
 
 from __future__ import annotations
@@ -62,14 +64,19 @@ class StiltStrategy(Strategy):
                 raise kind(f"strategy.intermediate.{i} ({task.name}): {exc.reason}", exc.path, exc.line) from None
 
     def stages(self, run) -> list[Stage]:
+        import dataclasses
+
         from kinject.stages import evaluate_stage, finetune_stage
+
+        from .pooler import intermediate_body
 
         stages: list[Stage] = []
         previous: str | None = None
         for i, (spec, task) in enumerate(zip(self.config.intermediate, self.intermediate_tasks)):
             training = intermediate_training(run.spec.training, self.config.training, spec.training)
             name = stage_name(i, task)
-            stages.append(finetune_stage(run, name=name, init_from=previous, task=task, training=training))
+            stage = finetune_stage(run, name=name, init_from=previous, task=task, training=training)
+            stages.append(dataclasses.replace(stage, body=intermediate_body))  # + the pooler carried through
             previous = name
         stages.append(finetune_stage(run, name="finetune", init_from=previous))
         stages.append(evaluate_stage(run, "finetune"))

@@ -1,0 +1,75 @@
+"""DoKTra "does it work?" experiment: the exact `kinject run` commands (printed; `--run` executes them).
+
+Teacher: minilm (6 layers, 384 wide) fine-tuned with CTT. Students: the first 3 layers of minilm
+(`model.layers=3`: same width and tokenizer) and `tiny` (2 layers, 32 wide, character-level tokenizer: a
+weaker student with another tokenizer and width, so the frozen random projection and the paired encodings are
+exercised). Tasks: ChemProt, DDI, HoC. Seeds 42-44, paired: every seed trains its own teacher, and the
+student-ft baseline, DoKTra and KD of that seed share the teacher and the fine-tuned student through the stage
+cache (same keys), so each row compares the same models on the same test examples. Per run, metrics.json
+holds the student's metrics, `teacher/*`, `student_ft/*`, `retained/*` (% of the teacher's primary metric),
+ECE of each, L_AT before/after, and `comparison` (paired bootstrap vs the fine-tuned student).
+
+Budgets: every split capped with --limit (train, dev and test alike: the first N rows), lr 1e-4 for the teacher
+and the student fine-tuning (2e-5 / 1e-5 as in the paper learn nothing in this many minilm steps), 5e-5 for
+distillation; epochs per task below. The pilot (`--pilot`) is one ChemProt cell of the grid at a smaller limit.
+
+Usage:
+  python benchmarks/experiments/doktra.py                 # print the grid's commands
+  python benchmarks/experiments/doktra.py --run           # run them one after another
+  python benchmarks/experiments/doktra.py --pilot --run   # the pilot cell (ChemProt, seed 42, --limit 1000)
+Environment: HF_HUB_OFFLINE=1, KINJECT_DATA_DIR (../shared/data), KINJECT_CACHE_DIR (shared by every command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+
+SEEDS = (42, 43, 44)
+STUDENTS = {"minilm3": ["--model", "minilm", "--set", "model.layers=3"], "tiny": ["--model", "tiny"]}
+VARIANTS = ("doktra", "kd")  # each run also trains and scores the student-ft baseline (shared stage keys)
+# task -> (--limit, epochs of teacher / student fine-tuning / distillation, beta1 (paper: Table A1), beta2 (A2))
+TASKS = {
+    "chemprot": (4000, 4, 0.3, 0.5),
+    "ddi": (4000, 4, 0.3, 0.7),
+    "hoc": (4000, 4, 0.0, 0.0),
+}
+
+
+def command(task: str, student: str, variant: str, seed: int, limit: int, epochs: int, beta1: float,
+            beta2: float, out: str) -> list[str]:
+    return ["kinject", "run", "doktra", "--task", task, *STUDENTS[student], "--seed", str(seed),
+            "--limit", str(limit), "--set", f"training.epochs={epochs}", "--set", "training.learning_rate=1e-4",
+            "--set", "strategy.teacher=minilm", "--set", f"strategy.variant={variant}",
+            "--set", f"strategy.beta1={beta1}", "--set", f"strategy.beta2={beta2}",
+            "--set", "strategy.teacher_training.learning_rate=1e-4",
+            "--set", "strategy.distill_training.learning_rate=5e-5",
+            "-o", f"{out}/doktra-{task}-{student}-{variant}-s{seed}"]
+
+
+def grid(out: str, pilot: bool) -> list[list[str]]:
+    if pilot:
+        return [command("chemprot", "minilm3", v, 42, 1000, 4, 0.3, 0.5, out) for v in VARIANTS]
+    return [command(task, student, variant, seed, *TASKS[task], out)
+            for task in TASKS for seed in SEEDS for student in STUDENTS for variant in VARIANTS]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", action="store_true", help="execute the commands (default: print them)")
+    parser.add_argument("--pilot", action="store_true", help="only the pilot cell")
+    parser.add_argument("--out", default="runs/doktra-exp", help="parent folder of the run directories")
+    args = parser.parse_args()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    for cmd in grid(args.out, args.pilot):
+        print(shlex.join(cmd), flush=True)
+        if args.run:
+            binary = os.path.join(os.path.dirname(sys.executable), "kinject")
+            subprocess.run([binary, *cmd[1:]], env=env, check=True)
+
+
+if __name__ == "__main__":
+    main()

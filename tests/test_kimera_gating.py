@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -248,3 +249,25 @@ def test_mask_search_records_a_paired_interval_per_round():
     # threshold: difference (tau - 1) x baseline = -0.05; round 1's [-0.03, 0.01] excludes it, round 2's includes it
     assert search.rounds[1]["threshold_in_ci"] is False and search.rounds[2]["threshold_in_ci"] is True
     assert search.rounds[2]["ci_low"] == pytest.approx(-0.16) and search.redundant == 2
+
+
+def test_metric_only_batches_join_the_metric_but_not_the_importance():
+    model = tiny_bert("eager", labels=2)
+    first = {**inputs(batch=4), "labels": torch.tensor([0, 1, 0, 1])}
+    rest = {**inputs(batch=3, seed=5), "labels": torch.tensor([1, 1, 0])}
+    seen = []
+
+    def metric(logits):
+        seen.append(logits)
+        return 1.0
+
+    search = search_mask(model, [first], "single_label_classification", metric, rho=0.5, tau=0.5, max_rounds=1,
+                         metric_batches=[rest])
+    raw, logits = score_heads(model, [first], "single_label_classification")
+    with torch.no_grad():
+        expected_rest = model(**{k: v for k, v in rest.items() if k != "labels"}).logits.numpy()
+    assert seen[0].shape == (7, 2)
+    np.testing.assert_allclose(seen[0][:4], logits, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(seen[0][4:], expected_rest, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(search.first_importance, normalize_importance(raw))  # importance: first batch only
+    assert len(seen) == 2 and not np.allclose(seen[1][4:], expected_rest, rtol=0, atol=1e-6)  # round 1: gated

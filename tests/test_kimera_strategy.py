@@ -73,6 +73,16 @@ def test_mask_search_watches_the_task_selection_metric(tmp_path, textcls_dir, ti
     assert next(s for s in run.stages if s.name == "kimera-mask-hard").config.scoring.metric == "f1_macro"
 
 
+def test_sampling_and_scoring_cap_reach_their_stages(tmp_path, textcls_dir, tiny_model):
+    run = prepared(tmp_path, textcls_dir, tiny_model, variant="hard", task_sampling="uniform", score_examples=100)
+    stages = {s.name: s for s in run.stages}
+    assert stages["kimera-retrain"].config.task_sampling == "uniform"
+    assert stages["kimera-mask-hard"].config.scoring.examples == 100
+    assert stages["kimera-analysis"].config.scoring == stages["kimera-mask-hard"].config.scoring  # same set
+    with pytest.raises(SpecError, match="strategy.task_sampling"):
+        config(task_sampling="random")
+
+
 def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):
     from kinject.engine import plan
     from kinject.finetune import FinetuneStrategy
@@ -103,6 +113,11 @@ def test_end_to_end_hard_mask_run_writes_masks_model_metrics_and_analysis(tmp_pa
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     dirs = {s["name"]: s["dir"] for s in info["stages"]}
     masks = json.loads((Path(dirs["kimera-mask-hard"]) / "masks.json").read_text())
+    search = json.loads((Path(dirs["kimera-mask-hard"]) / "search.json").read_text())
+    assert search["examples"] == 16 and all("ci_low" in r for r in search["rounds"][1:])
+    assert search["no_redundant_heads"] == (search["masked_heads"] == 0)
+    retrained = json.loads((Path(dirs["kimera-retrain"]) / "retrain.json").read_text())
+    assert retrained["mlm_head"] == "random"  # the tiny model ships no MLM head
     hard = torch.tensor(masks["hard"])
     assert hard.shape == (2, 4) and set(hard.unique().tolist()) <= {0.0, 1.0}
     analysis = json.loads((Path(dirs["kimera-analysis"]) / "analysis.json").read_text())

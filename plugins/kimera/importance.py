@@ -73,6 +73,23 @@ def score_heads(model: nn.Module, batches: Sequence[dict], problem_type: str,
     return (total / max(count, 1)).float(), _concat(outputs)
 
 
+@torch.inference_mode()
+def gated_logits(model: nn.Module, batches: Sequence[dict], gates: torch.Tensor) -> list[np.ndarray]:
+    """Forward-only logits of ``batches`` under head gates (L, H): the metric-only part of a search round."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        with HeadGates(model, gates):
+            for batch in batches:
+                inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+                out.append(model(**inputs).logits.float().cpu().numpy())
+    finally:
+        model.train(was_training)
+    return out
+
+
 def _concat(arrays: list[np.ndarray]) -> np.ndarray:
     if arrays and arrays[0].ndim == 3:  # token logits: pad sequence length
         width = max(a.shape[1] for a in arrays)
@@ -101,11 +118,14 @@ Interval = Callable[[np.ndarray, np.ndarray], "dict | None"]
 
 def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, metric: Callable[[np.ndarray], float],
                 rho: float = 0.1, tau: float = 0.95, soft: bool = False, max_rounds: int = 50,
-                interval: Interval | None = None) -> MaskSearch:
+                interval: Interval | None = None, metric_batches: Sequence[dict] = ()) -> MaskSearch:
     """Iteratively mask a proportion ``rho`` of the still-active heads with the lowest importance,
     re-scoring after each step, until the metric falls below ``tau`` x the unmasked metric; returns
     the last mask that kept it. Hard: masked heads get gate 0. Soft: they keep the normalised I_h of
     the round that made them candidates (also their gate in later rounds). Metrics: higher is better.
+
+    ``batches`` are scored for importance (forward+backward) and ``metric_batches`` only run forward: the
+    metric sees the logits of both, in that order.
 
     ``interval(baseline_logits, logits)``, when given, returns the round's paired difference to the unmasked
     round with its confidence interval (``difference``, ``ci_low``, ``ci_high``); it is logged and stored in
@@ -119,6 +139,8 @@ def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, me
     baseline_logits = None
     for round_no in range(max_rounds + 1):
         raw, logits = score_heads(model, batches, problem_type, mask)
+        if metric_batches:
+            logits = _concat([logits, *gated_logits(model, metric_batches, mask)])
         value = float(metric(logits))
         importance = normalize_importance(raw)
         if search is None and not np.isfinite(value):

@@ -184,7 +184,8 @@ class MultiTaskBatchSampler:
 
     def _task_batches(self, name: str, seed: int) -> list[list[int]]:
         offset = self.data.offsets[name]
-        return [[offset + int(i) for i in batch] for batch in self.batches_of(self.lengths[name], self.batch_size, seed)]
+        batches = self.batches_of(self.lengths[name], self.batch_size, seed)
+        return [[offset + int(i) for i in batch] for batch in batches]
 
     def _plan(self, epoch: int) -> list[list[int]]:
         rng = random.Random(self.seed * 1000 + epoch)

@@ -2,15 +2,17 @@
 interval of a search round's metric against the unmasked round's.
 
 The scoring set is the task's ``score_split`` (default: its first evaluation split), whole or capped at
-``score_examples`` (retrieval tasks keep each query's candidates together). Its batches are sorted by length
-(less padding; importance is a sum over examples, so the order does not change it) and ``restore`` puts the
-logits back in the split's order before the task scores them.
+``score_examples``; the search metric is measured on all of it. Head importance (forward+backward) is computed
+on its first ``importance_examples`` (None: all), the rest only runs forward, so the stop decision can rest on
+every query at a fraction of the cost. Retrieval tasks keep each query's candidates together in both caps.
+Batches are sorted by length (less padding; importance is a sum over examples, so the order does not change it)
+and ``restore`` puts the logits back in the split's order before the task scores them.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,12 +23,14 @@ log = logging.getLogger("kinject")
 
 @dataclass
 class ScoringSet:
-    """Examples, their features, the (length-sorted) model batches and the permutation between them."""
+    """Examples, their features, the (length-sorted) importance batches then metric-only batches, and the
+    permutation between batch rows and features."""
 
     examples: list[dict]
     features: list[dict]
-    batches: list[dict]
-    order: np.ndarray  # the batches hold features[order[0]], features[order[1]], ...
+    batches: list[dict]  # forward+backward: importance (and metric)
+    order: np.ndarray  # batches + metric_batches hold features[order[0]], features[order[1]], ...
+    metric_batches: list[dict] = field(default_factory=list)  # forward only: metric
 
     def restore(self, logits: np.ndarray) -> np.ndarray:
         """Logits in batch order -> the features' order."""
@@ -50,18 +54,25 @@ def choose_examples(examples: list[dict], cap: int | None) -> list[dict]:
     return chosen
 
 
-def build_scoring_set(task, env, split: str, cap: int | None, tokenizer, max_length: int,
-                      batch_size: int) -> ScoringSet:
+def build_scoring_set(task, env, split: str, cap: int | None, tokenizer, max_length: int, batch_size: int,
+                      importance_cap: int | None = None) -> ScoringSet:
+    """The first ``cap`` examples of ``split`` (None: all); importance on the first ``importance_cap`` of them."""
     chosen = choose_examples(task.examples(split, env), cap)
-    features = task.featurize(tokenizer, chosen, max_length, env)
-    order = np.argsort([len(f["input_ids"]) for f in features], kind="stable")
+    first = choose_examples(chosen, importance_cap)
+    features = task.featurize(tokenizer, first, max_length, env)  # featurized in two parts: where they split
+    head = len(features)
+    if len(first) < len(chosen):
+        features = features + task.featurize(tokenizer, chosen[len(first):], max_length, env)
+    lengths = np.array([len(f["input_ids"]) for f in features])
+    order = np.concatenate([np.argsort(lengths[:head], kind="stable"),
+                            head + np.argsort(lengths[head:], kind="stable")]).astype(int)
     collator = task.collator(tokenizer)
     keep = ("input_ids", "attention_mask", "token_type_ids", "labels")
-    batches = []
-    for start in range(0, len(order), batch_size):
-        batch = collator([features[i] for i in order[start:start + batch_size]])
-        batches.append({k: v for k, v in dict(batch).items() if k in keep})
-    return ScoringSet(chosen, features, batches, order)
+
+    def batches(rows: np.ndarray) -> list[dict]:
+        return [{k: v for k, v in dict(collator([features[i] for i in rows[s:s + batch_size]])).items() if k in keep}
+                for s in range(0, len(rows), batch_size)]
+    return ScoringSet(chosen, features, batches(order[:head]), order, batches(order[head:]))
 
 
 class RoundInterval:
@@ -114,4 +125,5 @@ def no_redundant_head_warning(kind: str, metric: str, rounds: list[dict], thresh
             f"{first['round']} gave {metric}={first['metric']:.4f}{ci}, below the threshold {threshold:.4f}. "
             f"The {kind} mask freezes every attention head, so KG retraining changes only the non-attention "
             "parameters (other_params=train: FFN, embeddings, LayerNorms) and the new KG heads. Score more "
-            "examples (strategy.score_examples), or lower strategy.tau or strategy.rho.")
+            "examples (strategy.score_examples, strategy.importance_examples), or lower strategy.tau or "
+            "strategy.rho.")

@@ -19,6 +19,7 @@ class ScoringConfig(StageConfig):
     task: TaskRef
     split: str
     examples: int | None  # None: the whole split
+    importance_examples: int | None = None  # importance on the first N of them (None: all)
     batch_size: int
     metric: str
     max_length: int
@@ -71,7 +72,7 @@ def scoring_set(scoring: ScoringConfig, task, env, tokenizer):
     from .scoring import build_scoring_set
 
     return build_scoring_set(task, env, scoring.split, scoring.examples, tokenizer, scoring.max_length,
-                             scoring.batch_size)
+                             scoring.batch_size, scoring.importance_examples)
 
 
 def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
@@ -94,14 +95,17 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
 
     interval = RoundInterval(task, env, scoring.split, scoring.metric, chosen)
     result = search_mask(model, chosen.batches, head.problem_type, metric, cfg.rho, cfg.tau,
-                         soft=cfg.kind == "soft", max_rounds=cfg.max_rounds, interval=interval)
+                         soft=cfg.kind == "soft", max_rounds=cfg.max_rounds, interval=interval,
+                         metric_batches=chosen.metric_batches)
     save_masks(ctx.out / "masks.json", **{cfg.kind: result.mask, "importance": result.first_importance})
     threshold = cfg.tau * result.baseline
     warning = None
     if result.redundant == 0:
         warning = no_redundant_head_warning(cfg.kind, scoring.metric, result.rounds, threshold)
         log.warning("%s", warning)
+    importance = sum(len(b["input_ids"]) for b in chosen.batches)
     summary = {"kind": cfg.kind, "metric": scoring.metric, "split": scoring.split, "examples": len(chosen.features),
+               "importance_examples": importance,
                "units": next((r["units"] for r in result.rounds if "units" in r), None),
                "baseline": result.baseline, "tau": cfg.tau, "threshold": threshold, "rho": cfg.rho,
                "stopped": result.stopped, "rounds": result.rounds, "masked_heads": result.redundant,

@@ -55,7 +55,8 @@ class KimeraStrategy(Strategy):
     def _scoring(self, run) -> ScoringConfig:
         cfg = self.config
         return ScoringConfig(task=run.task_ref(), split=cfg.score_split or run.task.eval_splits[0],
-                             examples=cfg.score_examples, batch_size=cfg.score_batch_size,
+                             examples=cfg.score_examples, importance_examples=cfg.importance_examples,
+                             batch_size=cfg.score_batch_size,
                              metric=cfg.search_metric or run.task.selection_metric(),
                              max_length=run.spec.model.max_length, attn=run.spec.model.attn_implementation)
 

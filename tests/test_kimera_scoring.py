@@ -1,0 +1,106 @@
+"""KIMERA's scoring set and mask-search stage: caps (groups whole), importance part + metric-only part,
+length-sorted batches mapped back to the split's order, paired round intervals in search.json, and a loud
+warning when no head is redundant."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+
+from kinject.plugins.kimera.scoring import ScoringSet, choose_examples
+
+
+def test_choose_examples_keeps_groups_whole_and_none_means_all():
+    examples = [{"group": q} for q in ("a", "a", "a", "b", "b", "c")]
+    assert choose_examples(examples, None) == examples
+    assert [e["group"] for e in choose_examples(examples, 2)] == ["a", "a", "a"]  # query a stays whole
+    assert [e["group"] for e in choose_examples(examples, 4)] == ["a", "a", "a", "b", "b"]
+    plain = [{"text": str(i)} for i in range(5)]
+    assert choose_examples(plain, 3) == plain[:3]
+
+
+def test_restore_undoes_the_length_sort():
+    order = np.array([2, 0, 3, 1])
+    logits = np.arange(8.0).reshape(4, 2)  # row i belongs to feature order[i]
+    restored = ScoringSet([], [], [], order).restore(logits)
+    assert restored[2].tolist() == [0.0, 1.0] and restored[1].tolist() == [6.0, 7.0]
+
+
+def test_scoring_batches_are_length_sorted_and_order_maps_rows_to_features(textcls_dir, tiny_model, tmp_path):
+    """Importance batches (the first 6 examples) then metric-only batches (the other 10), each part sorted by
+    length; ``order`` names the feature behind every batch row."""
+    from kinject.interfaces import Environment
+    from kinject.models import load_tokenizer
+    from kinject.plugins.kimera.scoring import build_scoring_set
+    from kinject.tasks.textcls import TextClassificationTask
+
+    task = TextClassificationTask(path=str(textcls_dir))
+    env = Environment(data_dir=tmp_path, cache_dir=tmp_path / "cache")
+    scoring = build_scoring_set(task, env, "dev", None, load_tokenizer(tiny_model), 64, batch_size=4,
+                                importance_cap=6)
+    assert len(scoring.features) == 16 and scoring.features == task.featurize(
+        load_tokenizer(tiny_model), task.examples("dev", env), 64, env)  # featurized in two parts, same result
+    assert [len(b["input_ids"]) for b in scoring.batches] == [4, 2]
+    assert [len(b["input_ids"]) for b in scoring.metric_batches] == [4, 4, 2]
+    assert sorted(scoring.order[:6]) == list(range(6)) and sorted(scoring.order[6:]) == list(range(6, 16))
+    rows = [(ids[mask.bool()].tolist(), int(label)) for b in (*scoring.batches, *scoring.metric_batches)
+            for ids, mask, label in zip(b["input_ids"], b["attention_mask"], b["labels"])]
+    lengths = [len(ids) for ids, _ in rows]
+    assert lengths[:6] == sorted(lengths[:6]) and lengths[6:] == sorted(lengths[6:]) and len(set(lengths)) > 1
+    for (ids, label), index in zip(rows, scoring.order):
+        assert ids == scoring.features[index]["input_ids"] and label == scoring.features[index]["labels"]
+
+
+def test_mask_stage_records_intervals_and_warns_loudly_without_redundant_heads(
+        tmp_path, textcls_dir, tiny_model, monkeypatch, caplog):
+    from kinject.engine import prepare
+    from kinject.interfaces import Head, StageContext
+    from kinject.models import load_tokenizer
+    from kinject.plugins.kimera import importance
+    from kinject.plugins.kimera.stages import mask_body
+    from kinject.spec import build_spec
+    from kinject.stages import build_task_model, save_model
+
+    finetuned = tmp_path / "finetuned"
+    save_model(build_task_model(tiny_model, Head("sequence", 2, labels=("bio", "other"))), load_tokenizer(tiny_model),
+               finetuned)
+    spec = build_spec({"model": {"name": "tiny", "max_length": 32},
+                       "task": {"name": "textcls", "path": str(textcls_dir)},
+                       "strategy": {"name": "kimera", "finetuned_model": str(finetuned), "rho": 0.25},
+                       "cache_dir": str(tmp_path / "cache"), "data_dir": str(tmp_path)})
+    run = prepare(spec)
+    stage = next(s for s in run.stages if s.name == "kimera-mask-hard")
+    assert stage.config.scoring.examples == 2000 and stage.config.scoring.importance_examples == 1000  # defaults
+
+    real = importance.search_mask
+
+    def masking_always_hurts(model, batches, problem_type, metric, *args, **kwargs):
+        calls = []
+
+        def worse(logits):
+            calls.append(1)
+            return metric(logits) - (0.0 if len(calls) == 1 else 1.0)
+        return real(model, batches, problem_type, worse, *args, **kwargs)
+
+    monkeypatch.setattr(importance, "search_mask", masking_always_hurts)
+    out = tmp_path / "out"
+    out.mkdir()
+    ctx = StageContext(name=stage.name, key="k", out=out, work=tmp_path / "work", inputs={},
+                       cache_dir=tmp_path / "cache")
+    with caplog.at_level(logging.WARNING, logger="kinject"):
+        mask_body(stage.config, ctx)
+    search = json.loads((out / "search.json").read_text())
+    assert search["examples"] == 16 and search["units"] == 16  # every dev example; textcls: one unit each
+    assert search["importance_examples"] == 16  # both default caps are above the split's size
+    assert search["no_redundant_heads"] is True and search["masked_heads"] == 0
+    assert "NO redundant head" in search["warning"] and "FFN" in search["warning"]
+    assert any(r.levelno == logging.WARNING and "NO redundant head" in r.getMessage() for r in caplog.records)
+    first = search["rounds"][1]
+    assert not first["kept"] and first["ci_low"] <= first["difference"] <= first["ci_high"]
+    # the interval is the real paired bootstrap of the task's accuracy (the -1 above only moved the threshold)
+    assert -1.0 <= first["ci_low"] <= first["ci_high"] <= 1.0 and isinstance(first["threshold_in_ci"], bool)
+    assert search["threshold"] == pytest.approx(search["tau"] * search["baseline"])
+    assert json.loads((out / "masks.json").read_text())["hard"] == [[1.0] * 4] * 2

@@ -1,7 +1,7 @@
 """DoKTra cost ratios, measured in one process on the same batches (figures in docs/benchmarks.md, docs/doktra.md).
 
 One optimiser step (forward, backward, AdamW step) of the student with
-  plain      - the task loss (what the `finetune` stage does),
+  plain      - the task loss (what the `finetune` stage does; measured twice, the second copy shows the noise),
   abd-cached - the AB hinge on [CLS] against cached teacher vectors (what `doktra-distill` does),
   refine     - CE - beta2 H(p) (the refinement phase),
   abd-live   - the AB hinge with the teacher run on every batch (strategy.teacher_cache: false).
@@ -79,6 +79,7 @@ def main() -> None:
     student_keys = ("input_ids", "attention_mask", "token_type_ids", "labels")
     setups = {
         "plain": (make(Trainer), student_keys),
+        "plain-again": (make(Trainer), student_keys),  # a second identical setup: the noise floor of the ratios
         "abd-cached": (make(distill_trainer(settings, DistillRecord())), (*student_keys, "teacher_cls")),
         "refine": (make(calibrated_trainer(0.5, head.problem_type)), student_keys),
         "abd-live": (make(distill_trainer(settings, DistillRecord(), teacher=teacher)),

@@ -122,4 +122,18 @@ def test_projection_is_identity_on_equal_widths_else_frozen_seeded_xavier_with_b
     assert torch.all(layer.bias == 0.01) and layer.weight.abs().max() <= math.sqrt(6 / (48 + 32))
     assert torch.equal(layer.weight, make_projection(48, 32, "random", 7).weight)
     assert not torch.equal(layer.weight, make_projection(48, 32, "random", 8).weight)
-    assert make_projection(32, 32, "random", 0) is not None and make_projection(48, 32, "learned", 0).weight.requires_grad
+    assert make_projection(32, 32, "random", 0) is not None
+    connector = make_projection(48, 32, "learned", 0)  # student (32) -> teacher (48), trained
+    assert connector.weight.shape == (48, 32) and connector.weight.requires_grad
+
+
+def test_a_map_on_the_teacher_side_gets_no_gradient_from_the_ab_loss_but_a_connector_does():
+    from kinject.plugins.doktra.features import align, make_projection
+
+    student, teacher = torch.randn(4, 32, requires_grad=True), torch.randn(4, 48)
+    fixed = make_projection(48, 32, "random", 0).requires_grad_(True)
+    abd_loss(*align(student, teacher, fixed, "random"), 1.0).backward()
+    assert fixed.weight.grad is None or not fixed.weight.grad.any()  # the teacher enters through its signs only
+    connector = make_projection(48, 32, "learned", 0)
+    abd_loss(*align(student, teacher, connector, "learned"), 1.0).backward()
+    assert connector.weight.grad.abs().sum() > 0 and student.grad.abs().sum() > 0

@@ -53,6 +53,16 @@ def test_stage_plan_per_variant(tmp_path, textcls_dir, word_teacher, variant, op
     assert [s.name for s in run.stages] == names
 
 
+def test_teacher_and_cp_only_student_are_built_with_the_runs_model_settings(tmp_path, textcls_dir, word_teacher):
+    data = spec(tmp_path, textcls_dir, word_teacher, variant="cp-only", beta2=0.2)
+    data["model"].update(pooling="mean", layers=1)
+    stages = {s.name: s for s in prepared(data).stages}
+    teacher, student = stages["doktra-teacher"].config, stages["doktra-cp"].config
+    assert teacher.model.pooling == "mean" and teacher.model.max_length == 32 and teacher.model.layers is None
+    assert teacher.beta == 0.3 and teacher.model.path == str(word_teacher.resolve())
+    assert student.model.layers == 1 and student.model.pooling == "mean" and student.beta == 0.2
+
+
 def test_variants_share_the_teacher_and_the_student_baseline_and_finetune_keys(tmp_path, textcls_dir, word_teacher):
     from kinject.engine import plan
     from kinject.finetune import FinetuneStrategy
@@ -138,18 +148,23 @@ def test_model_source_resolves_a_run_directory_to_its_model(tmp_path, tiny_model
     assert ModelSource(model="tiny").fingerprint(env).startswith("tiny:")
 
 
-def test_end_to_end_with_a_teacher_of_another_tokenizer_and_width(tmp_path, textcls_dir, word_teacher):
+@pytest.mark.parametrize("projection,width", [("auto", 32), ("learned", 48)])
+def test_end_to_end_with_a_teacher_of_another_tokenizer_and_width(tmp_path, textcls_dir, word_teacher, projection,
+                                                                   width):
+    from safetensors.torch import load_file
     from transformers import AutoModel
 
     from kinject.engine import execute
 
-    metrics = execute(prepared(spec(tmp_path, textcls_dir, word_teacher, beta1=0.3, ece_bins=10)), tmp_path / "run")
+    metrics = execute(prepared(spec(tmp_path, textcls_dir, word_teacher, beta1=0.3, ece_bins=10,
+                                    projection=projection)), tmp_path / "run")
     for split in ("dev", "test"):
         for key in ("accuracy", "ece", "teacher/accuracy", "teacher/ece", "student_ft/ece", "retained/student"):
             assert key in metrics[split], (split, key)
         assert 0 <= metrics[split]["teacher/ece"] <= 1
     l_at = metrics["l_at"]
-    assert l_at["width"] == 32 and 0 <= l_at["after"] <= 32 and 0 <= l_at["before"] <= 32 and l_at["examples"] == 16
+    assert l_at["width"] == width and 0 <= l_at["after"] <= width and 0 <= l_at["before"] <= width
+    assert l_at["examples"] == 16
     assert metrics["train"]["switch_step"] == 6 and metrics["train"]["batches"] == {"distill": 6, "refine": 6}
     assert metrics["doktra"]["ece_bins"] == 10 and metrics["comparison"]["other_name"] == "doktra"
     run = tmp_path / "run"
@@ -157,7 +172,9 @@ def test_end_to_end_with_a_teacher_of_another_tokenizer_and_width(tmp_path, text
     assert set(json.loads((run / "calibration.json").read_text())["test"]) == {"student", "student_ft", "teacher"}
     assert AutoModel.from_pretrained(run / "model").config.hidden_size == 32
     stages = {s["name"]: Path(s["dir"]) for s in json.loads((run / "run.json").read_text())["stages"]}
-    assert (stages["doktra-distill"] / "projection.safetensors").exists()  # 48 -> 32, frozen random
+    saved = load_file(str(stages["doktra-distill"] / "projection.safetensors"))  # 48 -> 32 frozen, or 32 -> 48
+    assert saved["weight"].shape == ((32, 48) if projection == "auto" else (48, 32))
+    assert not any(k.startswith("doktra_projection") for k in load_file(str(run / "model" / "model.safetensors")))
     assert json.loads((stages["doktra-teacher"] / "train.json").read_text())["beta"] == 0.3
 
 

@@ -71,7 +71,7 @@ def test_cached_teacher_outputs_equal_the_live_teachers_on_a_padded_batch(setup)
     torch.testing.assert_close(cached_batch["teacher_logits"], live_logits, atol=1e-5, rtol=1e-4)
 
 
-def distil(setup, work, gamma, objective="abd", live=False, **training):
+def distil(setup, work, gamma, objective="abd", live=False, projection_kind="random", **training):
     """Train a fresh tiny student with the distillation trainer; returns (model, record)."""
     from kinject.plugins.doktra.features import PairedCollator, make_projection, model_outputs, pair_features
     from kinject.plugins.doktra.trainers import DistillRecord, DistillSettings, distill_trainer
@@ -86,13 +86,13 @@ def distil(setup, work, gamma, objective="abd", live=False, **training):
                                     setup["task"].collator(setup["teacher_tok"]), 8)
         features, teacher_tok = pair_features(setup["student"], cached={"teacher_cls": cls,
                                                                          "teacher_logits": logits}), None
-    projection = make_projection(48, 32, "random", 0)
+    projection = make_projection(48, 32, projection_kind, 0)
     model.add_module("doktra_projection", projection)
     record = DistillRecord()
     spec = TrainingSpec(**{"epochs": 4, "batch_size": 4, "learning_rate": 1e-3, "warmup_ratio": 0.0,
                            "save_steps": 1000, "logging_steps": 1000, **training})
-    trainer_cls = distill_trainer(DistillSettings(objective, SINGLE, beta=0.5, gamma=gamma), record, projection,
-                                  setup["teacher"] if live else None)
+    settings = DistillSettings(objective, SINGLE, beta=0.5, gamma=gamma, projection=projection_kind)
+    trainer_cls = distill_trainer(settings, record, projection, setup["teacher"] if live else None)
     train(model, features, PairedCollator(setup["student_tok"], teacher_tok), spec, work, 0, trainer_cls=trainer_cls,
           remove_unused_columns=False)
     return model, record
@@ -133,3 +133,13 @@ def test_the_live_teacher_never_changes_during_distillation(setup, tmp_path):
         assert torch.equal(value, snapshot[name]), name
     assert torch.equal(model.doktra_projection.weight, projection_before)
     assert np.isfinite(float(record.loss["refine"]))
+
+
+def test_a_learned_projection_is_trained_with_the_student(setup, tmp_path):
+    from kinject.plugins.doktra.features import make_projection
+
+    initial = make_projection(48, 32, "learned", 0).weight.detach().clone()
+    assert initial.shape == (48, 32)  # the student's 32-wide [CLS] -> the teacher's 48 (Heo et al.'s connector)
+    model, _ = distil(setup, tmp_path, 1.0, projection_kind="learned", epochs=1)
+    assert model.doktra_projection.weight.requires_grad
+    assert not torch.equal(model.doktra_projection.weight.detach(), initial)

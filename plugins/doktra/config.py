@@ -60,9 +60,10 @@ class DoktraConfig(PluginConfig):
     abd_scale: float = Field(1000.0, gt=0, description="The AB loss (summed over [CLS] neurons and examples) is "
                              "divided by this and by the batch size, as the reference code does.")
     projection: Literal["auto", "random", "learned"] = Field(
-        "auto", description="Teacher [CLS] -> student width: auto = none when the widths match, else random; "
-        "random = a frozen Xavier-initialised linear map (bias 0.01), never trained (the reference code); "
-        "learned = a linear map trained with the student during distillation.")
+        "auto", description="Between the [CLS] widths: auto = none when they match, else random; random = the "
+        "teacher's [CLS] through a frozen Xavier-initialised linear map (bias 0.01), never trained (the reference "
+        "code); learned = the student's [CLS] through a linear connector to the teacher's width, trained with the "
+        "student during distillation (Heo et al.).")
     kd_temperature: float = Field(2.0, gt=0, description="kd: softmax/sigmoid temperature T (loss x T^2).")
     kd_alpha: float = Field(1.0, ge=0, le=1, description="kd: weight of the KL term before the switch; "
                             "1 - kd_alpha goes to the task loss.")

@@ -3,11 +3,18 @@ and L_AT, the number of [CLS] neurons whose sign differs between student and tea
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from kinject.distributed import is_main_process
+from kinject.interfaces import StageContext
+
+from .features import PairedCollator, align, featurize_one_to_one, make_projection, model_outputs, pair_features
+from .stages import DistillConfig
 
 
 @dataclass
@@ -18,8 +25,9 @@ class TeacherSide:
     available: bool = False  # False: refinement only (no-abd), no L_AT
     tokenizer: Any = None  # live teacher: its tokenizer (the collator pads its encoding with it)
     online: Any = None  # live teacher model (eval mode, frozen), run on every batch
-    projection: Any = None  # teacher [CLS] -> student width (None: identity)
+    projection: Any = None  # the map between the [CLS] widths (None: identity; see features.make_projection)
     analysis_cls: np.ndarray | None = None  # cached teacher [CLS] of the L_AT examples
+    width: int = 0  # the teacher's [CLS] width
 
     def analysis(self, task, env, examples: list[dict], max_length: int, batch_size: int) -> np.ndarray:
         """The teacher's [CLS] vectors of the L_AT examples (cached, or computed by the live teacher)."""
@@ -27,20 +35,16 @@ class TeacherSide:
             if len(self.analysis_cls) != len(examples):
                 raise RuntimeError(f"{len(self.analysis_cls)} cached teacher vectors for {len(examples)} examples")
             return self.analysis_cls
-        from .features import model_outputs
-        from .stages import featurize_one_to_one
-
         features = featurize_one_to_one(task, self.tokenizer, examples, max_length, env)
         return model_outputs(self.online, features, task.collator(self.tokenizer), batch_size)[0]
 
-    def project(self, cls: np.ndarray):
+    def aligned(self, student: np.ndarray, teacher: np.ndarray, kind: str):
+        """The student and teacher vectors the AB loss compares (as tensors, the projection applied)."""
         import torch
 
-        values = torch.as_tensor(cls, dtype=torch.float32)
-        if self.projection is None:
-            return values
         with torch.no_grad():
-            return self.projection.cpu()(values)
+            return align(torch.as_tensor(student, dtype=torch.float32), torch.as_tensor(teacher, dtype=torch.float32),
+                         self.projection.cpu() if self.projection is not None else None, kind)
 
     def save_projection(self, path: Path) -> None:
         if self.projection is not None:
@@ -52,8 +56,6 @@ class TeacherSide:
 def prepare_teacher(cfg, ctx, task, env, examples: list[dict], features: list[dict], student_width: int) -> TeacherSide:
     """Pair the student's training features with the teacher: its cached outputs (``cfg.outputs_stage``) or its
     own encoding of the same texts for a live teacher (``cfg.teacher_stage``); build the width projection."""
-    from .features import make_projection, pair_features
-
     if cfg.objective == "none":
         return TeacherSide(features)
     if cfg.outputs_stage:
@@ -68,8 +70,6 @@ def prepare_teacher(cfg, ctx, task, env, examples: list[dict], features: list[di
         from kinject.models import load_tokenizer
         from kinject.stages import load_task_model
 
-        from .stages import featurize_one_to_one
-
         directory = ctx.inputs[cfg.teacher_stage] / "model"
         tokenizer = load_tokenizer(str(directory))
         model = load_task_model(directory, task.head(env), cfg.attn_implementation).eval().requires_grad_(False)
@@ -78,20 +78,60 @@ def prepare_teacher(cfg, ctx, task, env, examples: list[dict], features: list[di
         width = model.config.hidden_size
     # kd never trains a projection; it needs one (random) only to measure L_AT across different widths
     kind = "random" if cfg.objective == "kd" and cfg.projection == "learned" else cfg.projection
-    side.projection = make_projection(width, student_width, kind, cfg.seed)
+    side.projection, side.width = make_projection(width, student_width, kind, cfg.seed), width
     return side
 
 
 def l_at(model, tokenizer, task, env, examples: list[dict], cfg, teacher: TeacherSide) -> float:
-    """Mean over ``examples`` of the number of student [CLS] neurons whose sign differs from the (projected)
-    teacher's."""
-    import torch
-
-    from .features import model_outputs
+    """Mean over ``examples`` of the number of [CLS] neurons whose sign differs between student and teacher
+    (after the width projection, as the AB loss compares them)."""
     from .losses import sign_disagreements
-    from .stages import featurize_one_to_one
 
     features = featurize_one_to_one(task, tokenizer, examples, cfg.max_length, env)
     student, _ = model_outputs(model, features, task.collator(tokenizer), cfg.batch_size)
-    target = teacher.project(teacher.analysis(task, env, examples, cfg.max_length, cfg.batch_size))
-    return float(sign_disagreements(torch.as_tensor(student), target).float().mean())
+    target = teacher.analysis(task, env, examples, cfg.max_length, cfg.batch_size)
+    kind = cfg.projection if cfg.objective == "abd" else "random"
+    return float(sign_disagreements(*teacher.aligned(student, target, kind)).float().mean())
+
+
+def distill_body(cfg: DistillConfig, ctx: StageContext) -> None:
+    from kinject.models import load_tokenizer
+    from kinject.stages import load_task_model, save_model
+    from kinject.training import train
+
+    from .trainers import DistillRecord, DistillSettings, distill_trainer
+
+    task, env = cfg.task.build(), cfg.task.environment(ctx)
+    head = task.head(env)
+    student_dir = ctx.inputs[cfg.student_stage] / "model"
+    tokenizer, model = load_tokenizer(str(student_dir)), load_task_model(student_dir, head, cfg.attn_implementation)
+    train_examples = task.examples(task.train_split, env)
+    features = featurize_one_to_one(task, tokenizer, train_examples, cfg.max_length, env)
+    teacher = prepare_teacher(cfg, ctx, task, env, train_examples, features, model.config.hidden_size)
+    stats: dict = {"objective": cfg.objective}
+    if teacher.available:
+        analysis = task.examples(cfg.analysis_split, env)[:cfg.analysis_examples]
+        stats["l_at"] = {"split": cfg.analysis_split, "examples": len(analysis),
+                         "before": l_at(model, tokenizer, task, env, analysis, cfg, teacher)}
+    projection = teacher.projection if cfg.objective == "abd" else None
+    if projection is not None:  # moves with the model and is checkpointed with it (a learned one is trained)
+        model.add_module("doktra_projection", projection)
+    record = DistillRecord()
+    used = {k: getattr(cfg, k) for k in ("gamma", "margin", "abd_scale", "kd_temperature", "kd_alpha", "projection")
+            if getattr(cfg, k) is not None}
+    settings = DistillSettings(cfg.objective, head.problem_type, cfg.beta, **used)
+    trainer_cls = distill_trainer(settings, record, projection, teacher.online)
+    stats.update(train(model, teacher.features, PairedCollator(tokenizer, teacher.tokenizer), cfg.training, ctx.work,
+                       cfg.seed, stage=ctx.name, resume=ctx.resume, trainer_cls=trainer_cls,
+                       remove_unused_columns=False))
+    stats.update(record.summary())
+    if projection is not None:
+        del model._modules["doktra_projection"]
+    if teacher.available:
+        stats["l_at"]["after"] = l_at(model, tokenizer, task, env, analysis, cfg, teacher)
+        learned = cfg.objective == "abd" and cfg.projection == "learned"  # compared at the teacher's width
+        stats["l_at"]["width"] = teacher.width if learned else model.config.hidden_size
+    if is_main_process():
+        save_model(model, tokenizer, ctx.out / "model")
+        teacher.save_projection(ctx.out / "projection.safetensors")
+        (ctx.out / "train.json").write_text(json.dumps(stats, indent=2))

@@ -96,16 +96,35 @@ def model_outputs(model, features: list[dict], collator, batch_size: int) -> tup
 
 
 def make_projection(teacher_width: int, student_width: int, kind: str, seed: int):
-    """The teacher -> student [CLS] map: None (identity) when ``kind`` is auto and the widths match; else a
-    Linear layer, Xavier-uniform weights and bias 0.01 as the reference initialises it, seeded, frozen unless
-    ``kind`` is learned."""
+    """The map between the two [CLS] widths: None (identity) when ``kind`` is auto and the widths match.
+
+    auto/random: teacher -> student, Xavier-uniform weights and bias 0.01 as the reference initialises it, seeded
+    and frozen. learned: student -> teacher (Heo et al.'s connector), same init, trained with the student - the
+    AB loss reads the teacher side only through its signs, so a map there would never receive a gradient."""
     import torch
 
     if kind == "auto" and teacher_width == student_width:
         return None
-    layer = torch.nn.Linear(teacher_width, student_width)
+    learned = kind == "learned"
+    layer = torch.nn.Linear(student_width, teacher_width) if learned else torch.nn.Linear(teacher_width, student_width)
     generator = torch.Generator().manual_seed(seed)
     torch.nn.init.xavier_uniform_(layer.weight, generator=generator)
     torch.nn.init.constant_(layer.bias, 0.01)
-    layer.requires_grad_(kind == "learned")
+    layer.requires_grad_(learned)
     return layer
+
+
+def align(student, teacher, projection, kind: str):
+    """The pair of vectors the AB loss and L_AT compare: (student, projected teacher) for a fixed map,
+    (connector(student), teacher) for a learned one, the two [CLS] vectors as they are without a map."""
+    if projection is None:
+        return student, teacher
+    return (projection(student), teacher) if kind == "learned" else (student, projection(teacher))
+
+
+def featurize_one_to_one(task, tokenizer, examples: list[dict], max_length: int, env) -> list[dict]:
+    """``task.featurize`` with the check that example i became feature i (DoKTra pairs them by position)."""
+    features = task.featurize(tokenizer, examples, max_length, env)
+    if len(features) != len(examples):
+        raise RuntimeError(f"task {task.name!r} made {len(features)} features of {len(examples)} examples")
+    return features

@@ -16,6 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from kinject.distributed import is_main_process
+from kinject.interfaces import StageContext
+
+from .stages import ReportConfig
+
 log = logging.getLogger("kinject")
 ROLES = {"student_ft": "fine-tuned student", "teacher": "teacher"}  # "student": the variant's student
 
@@ -116,3 +121,12 @@ def write_report(out: Path, task, env, folders: dict[str, Path], metric: str, bi
     (out / "calibration.json").write_text(json.dumps(calibration, indent=2))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     return metrics
+
+
+def report_body(cfg: ReportConfig, ctx: StageContext) -> None:
+    task, env = cfg.task.build(), cfg.task.environment(ctx)
+    roles = {"student": cfg.final, "student_ft": cfg.baseline, "teacher": cfg.teacher}
+    folders = {role: ctx.inputs[stage] for role, stage in roles.items() if stage}
+    distill = ctx.inputs[cfg.distill] / "train.json" if cfg.distill else None
+    if is_main_process():
+        write_report(ctx.out, task, env, folders, cfg.metric, cfg.bins, cfg.variant, distill)

@@ -1,7 +1,7 @@
 """The `doktra` strategy (Choi et al., ACL 2022): calibrated teacher training -> student fine-tuning ->
 activation-boundary distillation on the last-layer [CLS] -> refinement with a confidence penalty.
 
-Stages (each cached; configs and bodies in :mod:`.stages`): ``doktra-teacher`` (CTT, or a given fine-tuned
+Stages (each cached; configs in :mod:`.stages`, bodies in :mod:`.teacher`, :mod:`.distill`, :mod:`.report`): ``doktra-teacher`` (CTT, or a given fine-tuned
 teacher taken as it is) + ``doktra-teacher-evaluate``; ``finetune`` + ``evaluate`` (the student alone: the
 same keys as the `finetune` strategy, and the baseline); ``doktra-teacher-outputs`` (the frozen teacher's
 [CLS] and logits, once per example); ``doktra-distill`` (or ``doktra-cp`` for cp-only); ``doktra-evaluate``;
@@ -17,8 +17,10 @@ from kinject.errors import KinjectError, SpecError
 from kinject.interfaces import Stage, Strategy
 
 from .config import NEEDS_TEACHER, DoktraConfig
-from .stages import (CalibratedConfig, DistillConfig, ImportConfig, ReportConfig, TeacherOutputsConfig,
-                     calibrated_body, distill_body, import_body, report_body, teacher_outputs_body)
+from .distill import distill_body
+from .report import report_body
+from .stages import CalibratedConfig, DistillConfig, ImportConfig, ReportConfig, TeacherOutputsConfig
+from .teacher import calibrated_body, import_body, teacher_outputs_body
 
 CLASSIFICATION = ("single_label_classification", "multi_label_classification")
 
@@ -75,7 +77,7 @@ class DoktraStrategy(Strategy):
             source.check(run.env)
         except KinjectError as exc:
             raise SpecError(f"{field}: {getattr(exc, 'reason', exc)}") from None
-        ref = teacher_ref(source, run.env, run.spec.model.max_length, run.spec.model.attn_implementation)
+        ref = teacher_ref(source, run.env, run.spec.model)
         as_given = check_teacher(ref, head, field, cfg.train_teacher)
         if as_given and cfg.variant == "no-ctt":
             raise SpecError(f"strategy.variant: no-ctt trains the teacher with beta1 = 0, but {field} is already "

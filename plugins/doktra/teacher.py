@@ -1,13 +1,19 @@
-"""The teacher: resolved through the `model` knowledge source, checked before any stage, and - when it is
-already a fine-tuned sequence classifier - taken with its head put in the task's label order."""
+"""The teacher: resolved through the `model` knowledge source, checked before any stage, trained with CTT (or -
+when it is already a fine-tuned sequence classifier - taken with its head put in the task's label order), and
+its frozen outputs cached once per example (stage bodies at the end)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from kinject.distributed import is_main_process
 from kinject.errors import KinjectError, SpecError
-from kinject.interfaces import Head
+from kinject.interfaces import Head, StageContext
 from kinject.refs import ModelRef
+
+from .features import featurize_one_to_one, model_outputs
+from .stages import CalibratedConfig, ImportConfig, TeacherOutputsConfig
 
 
 def classifier_labels(config: Any) -> list[str] | None:
@@ -18,14 +24,13 @@ def classifier_labels(config: Any) -> list[str] | None:
     return [id2label[i] for i in sorted(id2label)]
 
 
-def teacher_ref(source, env, max_length: int, attn: str) -> ModelRef:
-    """The teacher as stage configs hold it: name, weights fingerprint, where it resolved."""
-    from kinject.refs import model_fingerprint
-
+def teacher_ref(source, env, model) -> ModelRef:
+    """The teacher as stage configs hold it: name, weights fingerprint, where it resolved; its max length,
+    attention kernel and sequence pooling are the run's (``model``: the run's ModelSpec)."""
     path = source.model_path(env)
-    return ModelRef(name=source.config.model, fingerprint=model_fingerprint(source.config.model, path,
-                                                                             source.config.revision),
-                    revision=source.config.revision, max_length=max_length, attn_implementation=attn, path=path)
+    return ModelRef(name=source.config.model, fingerprint=source.fingerprint(env), revision=source.config.revision,
+                    max_length=model.max_length, attn_implementation=model.attn_implementation,
+                    pooling=model.pooling, path=path)
 
 
 def check_teacher(ref: ModelRef, head: Head, field: str, mode: str) -> bool:
@@ -88,3 +93,58 @@ def align_labels(model, head: Head) -> list[int]:
     model.config.label2id = {name: i for i, name in enumerate(head.labels)}
     model.config.problem_type = head.problem_type
     return order
+
+
+# -- stage bodies ------------------------------------------------------------------------------------ #
+def calibrated_body(cfg: CalibratedConfig, ctx: StageContext) -> None:
+    from kinject.stages import build_task_model, save_model
+    from kinject.training import train
+
+    from .trainers import calibrated_trainer
+
+    task, env = cfg.task.build(), cfg.task.environment(ctx)
+    head, tokenizer = task.head(env), cfg.model.load_tokenizer()
+    model = build_task_model(cfg.model.path, head, cfg.model.attn_implementation, cfg.seed, cfg.model.revision,
+                             cfg.model.layers, cfg.model.pooling)
+    features = task.featurize(tokenizer, task.examples(task.train_split, env), cfg.model.max_length, env)
+    stats = train(model, features, task.collator(tokenizer), cfg.training, ctx.work, cfg.seed, stage=ctx.name,
+                  resume=ctx.resume, trainer_cls=calibrated_trainer(cfg.beta, head.problem_type))
+    if is_main_process():
+        save_model(model, tokenizer, ctx.out / "model")
+        (ctx.out / "train.json").write_text(json.dumps({**stats, "beta": cfg.beta}, indent=2))
+
+
+def import_body(cfg: ImportConfig, ctx: StageContext) -> None:
+    from kinject.stages import save_model
+
+    task, env = cfg.task.build(), cfg.task.environment(ctx)
+    model = load_classifier(cfg.teacher)
+    order = align_labels(model, task.head(env))
+    if is_main_process():
+        save_model(model, cfg.teacher.load_tokenizer(), ctx.out / "model")
+        (ctx.out / "teacher.json").write_text(json.dumps({"teacher": cfg.teacher.name, "label_order": order},
+                                                         indent=2))
+
+
+def teacher_outputs_body(cfg: TeacherOutputsConfig, ctx: StageContext) -> None:
+    import time
+
+    from safetensors.numpy import save_file
+
+    from kinject.models import load_tokenizer
+    from kinject.stages import load_task_model
+
+    task, env = cfg.task.build(), cfg.task.environment(ctx)
+    directory = ctx.inputs[cfg.teacher_stage] / "model"
+    tokenizer, model = load_tokenizer(str(directory)), load_task_model(directory, task.head(env), cfg.attn_implementation)
+    arrays, info = {}, {}
+    for part, examples in (("train", task.examples(task.train_split, env)),
+                           ("analysis", task.examples(cfg.analysis_split, env)[:cfg.analysis_examples])):
+        start = time.perf_counter()
+        features = featurize_one_to_one(task, tokenizer, examples, cfg.max_length, env)
+        arrays[f"{part}.cls"], arrays[f"{part}.logits"] = model_outputs(model, features, task.collator(tokenizer),
+                                                                        cfg.batch_size)
+        info[part] = {"examples": len(features), "seconds": round(time.perf_counter() - start, 3)}
+    if is_main_process():
+        save_file(arrays, str(ctx.out / "outputs.safetensors"))
+        (ctx.out / "outputs.json").write_text(json.dumps(info, indent=2))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from transformers import Trainer, TrainerCallback
 
-from .features import CACHED_KEYS, TEACHER, cls_and_logits, encoder_inputs
+from .features import CACHED_KEYS, TEACHER, align, cls_and_logits, encoder_inputs
 from .losses import abd_loss, confidence_penalty_loss, kd_loss, task_loss
 
 
@@ -53,6 +53,7 @@ class DistillSettings:
     abd_scale: float = 1000.0
     kd_temperature: float = 2.0
     kd_alpha: float = 1.0
+    projection: str = "auto"  # auto | random | learned (see features.make_projection)
 
 
 @dataclass
@@ -92,7 +93,7 @@ class DistillTrainer(CalibratedTrainer):
 
     The teacher comes as cached outputs in the batch (``teacher_cls``/``teacher_logits``) or, when ``teacher``
     is set, as the ``teacher_*`` encoding run through that frozen model (eval mode, no gradients).
-    ``projection`` maps the teacher's [CLS] to the student's width (None: same width, identity).
+    ``projection`` maps between the [CLS] widths (None: same width; see :func:`features.align`).
     """
 
     settings: DistillSettings
@@ -128,11 +129,10 @@ class DistillTrainer(CalibratedTrainer):
         unused = []  # tensors computed but not in the loss (DDP wants every parameter in the graph)
         if phase == "refine":
             loss = confidence_penalty_loss(logits, labels, s.problem_type, s.beta)
-            if self.projection is not None and teacher_cls is not None:
-                unused.append(self.projection(teacher_cls))
+            if self.projection is not None and s.projection == "learned":
+                unused.append(self.projection(cls))
         elif s.objective == "abd":
-            target = teacher_cls if self.projection is None else self.projection(teacher_cls)
-            loss = abd_loss(cls, target, s.margin, s.abd_scale)
+            loss = abd_loss(*align(cls, teacher_cls, self.projection, s.projection), s.margin, s.abd_scale)
             unused.append(logits)
         else:
             loss = s.kd_alpha * kd_loss(logits, teacher_logits, s.problem_type, s.kd_temperature)

@@ -63,8 +63,6 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
         table = Table()
         for col in ("field", "type", "default", "description"):
             table.add_column(col, overflow="fold")
-        from rich.markup import escape  # descriptions may contain brackets, e.g. "[E1]..[/E1]"
-
         for field, spec in cls.Config.model_fields.items():
             default = "(required)" if spec.is_required() else repr(spec.get_default(call_default_factory=True))
             annotation = getattr(spec.annotation, "__name__", None) or str(spec.annotation).replace("typing.", "")

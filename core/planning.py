@@ -1,0 +1,231 @@
+"""Stage keys, the plan and why a stage misses; running one stage (in process, or alone in a worker).
+
+Key = sha256(stage name + keyed config fields + input stage keys + code fingerprint + library versions +
+the engine's CONTRACT). See :mod:`kinject.fingerprint` for what the code fingerprint covers.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kinject import __version__
+from kinject.distributed import barrier, is_main_process, rank, world_size
+from kinject.errors import KinjectError
+from kinject.fingerprint import code_fingerprint, keyed_dump, stable_hash
+from kinject.interfaces import Stage, StageContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kinject.engine import RunContext
+
+__kinject_fingerprint__ = False  # orchestration: what it does to a stage is covered by CONTRACT
+
+#: bump when the engine changes what a stage body receives (invalidates every cached stage)
+CONTRACT = "2"
+
+
+@dataclass
+class PlannedStage:
+    stage: Stage
+    key: str
+    folder: Path
+    cached: bool
+    record: dict  # what the key hashes (stage.json keeps it, so a later miss can say what changed)
+
+
+def _library_versions(names: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "-"
+    return out
+
+
+def _ref_modules(value: Any) -> list[str]:
+    """Code modules of every reference (task, source) held anywhere in a stage config."""
+    from pydantic import BaseModel
+
+    from kinject.refs import Ref
+
+    out: list[str] = []
+    if isinstance(value, Ref):
+        out.extend(value.code_modules())
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            out.extend(_ref_modules(getattr(value, name)))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            out.extend(_ref_modules(item))
+    elif isinstance(value, dict):
+        for item in value.values():
+            out.extend(_ref_modules(item))
+    return out
+
+
+def stage_record(stage: Stage, input_keys: dict[str, str]) -> dict:
+    """Everything the stage's key hashes."""
+    code = code_fingerprint(stage.body, (*stage.code, *dict.fromkeys(_ref_modules(stage.config))))
+    return {"stage": stage.name, "config_type": f"{type(stage.config).__module__}.{type(stage.config).__qualname__}",
+            "config": keyed_dump(stage.config), "inputs": input_keys,
+            "code": code, "body": f"{stage.body.__module__}.{stage.body.__qualname__}",
+            "libraries": _library_versions(stage.libraries), "contract": CONTRACT}
+
+
+def plan(run: RunContext) -> list[PlannedStage]:
+    """The stages with their keys, cache folders and whether each is already cached."""
+    keys: dict[str, str] = {}
+    out = []
+    root = run.env.cache_dir / "stages"
+    for stage in run.stages:
+        record = stage_record(stage, {name: keys[name] for name in stage.inputs})
+        key = stable_hash(record)
+        keys[stage.name] = key
+        folder = root / stage.name / key[:20]
+        out.append(PlannedStage(stage, key, folder, (folder / "stage.json").exists(), record))
+    return out
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def record_differences(old: dict, new: dict) -> list[str]:
+    """What differs between two stage records, as short human-readable items."""
+    diffs = []
+    a, b = _flatten(old.get("config", {})), _flatten(new.get("config", {}))
+    for name in sorted(set(a) | set(b)):
+        if a.get(name, "<unset>") != b.get(name, "<unset>"):
+            diffs.append(f"{name}: {a.get(name, '<unset>')!r} -> {b.get(name, '<unset>')!r}")
+    code_a, code_b = old.get("code", {}), new.get("code", {})
+    changed = sorted(m for m in set(code_a) | set(code_b) if code_a.get(m) != code_b.get(m))
+    if changed:
+        diffs.append("code changed: " + ", ".join(changed))
+    for name in sorted(set(old.get("inputs", {})) | set(new.get("inputs", {}))):
+        if old.get("inputs", {}).get(name) != new.get("inputs", {}).get(name):
+            diffs.append(f"input {name} changed")
+    for name in sorted(set(old.get("libraries", {})) | set(new.get("libraries", {}))):
+        if old.get("libraries", {}).get(name) != new.get("libraries", {}).get(name):
+            diffs.append(f"{name} {old.get('libraries', {}).get(name)} -> {new['libraries'].get(name)}")
+    for name in ("config_type", "body", "contract"):
+        if old.get(name) != new.get(name):
+            diffs.append(f"{name}: {old.get(name)} -> {new.get(name)}")
+    return diffs
+
+
+def explain_miss(planned: PlannedStage, cache_dir: Path) -> str:
+    """Why a stage is not cached: the fewest differences to any cached run of the same stage."""
+    best: list[str] | None = None
+    for path in (Path(cache_dir) / "stages" / planned.stage.name).glob("*/stage.json"):
+        try:
+            old = json.loads(path.read_text()).get("record")
+        except (OSError, ValueError):
+            continue
+        if not old:
+            continue
+        diffs = record_differences(old, planned.record)
+        if diffs and (best is None or len(diffs) < len(best)):
+            best = diffs
+    return "; ".join(best) if best else "never run with this cache"
+
+
+# -- running ----------------------------------------------------------------------------------- #
+def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path],
+              alone: bool = False) -> tuple[bool, float]:
+    """Run one stage unless cached. Returns (cached, seconds).
+
+    ``alone``: this process runs the stage by itself (a spread stage under torchrun): no barriers, and the
+    body runs in a fresh single-process worker (:mod:`kinject.worker`).
+    """
+    stage, key, folder = planned.stage, planned.key, planned.folder
+    sync = (lambda: None) if alone else barrier
+    main = alone or is_main_process()
+    hooks = run.hooks()
+    done = (folder / "stage.json").exists()
+    hooks.kinject_stage_start(stage=stage.name, key=key, cached=done)
+    start = time.perf_counter()
+    if not done:
+        partial = folder.with_name(folder.name + ".partial")
+        if main:
+            if partial.exists() and not run.resume:
+                shutil.rmtree(partial)
+            if (partial / "out").exists():
+                shutil.rmtree(partial / "out")  # outputs are rewritten; checkpoints in work/ survive
+            (partial / "out").mkdir(parents=True, exist_ok=True)
+            (partial / "work").mkdir(parents=True, exist_ok=True)
+        sync()
+        ctx = StageContext(name=stage.name, key=key, out=partial / "out", work=partial / "work",
+                           inputs={name: stage_dirs[name] for name in stage.inputs}, resume=run.resume,
+                           cache_dir=run.env.cache_dir, offline=run.env.offline)
+        if alone:
+            _run_in_worker(stage, ctx)
+        else:
+            stage.body(stage.config, ctx)
+        sync()
+        if main:
+            info = {"stage": stage.name, "key": key, "record": planned.record,
+                    "config": stage.config.model_dump(mode="json"), "kinject": __version__,
+                    "seconds": round(time.perf_counter() - start, 3), "rank": rank()}
+            (partial / "out" / "stage.json").write_text(json.dumps(info, indent=2, default=str))
+            (partial / "out").rename(folder)
+            shutil.rmtree(partial, ignore_errors=True)
+        sync()
+    seconds = time.perf_counter() - start
+    hooks.kinject_stage_end(stage=stage.name, key=key, cached=done, seconds=seconds)
+    return done, seconds
+
+
+def _run_in_worker(stage: Stage, ctx: StageContext) -> None:
+    import os
+    import sys
+
+    from kinject.worker import DISTRIBUTED_VARIABLES, job
+
+    env = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARIABLES}
+    result = subprocess.run([sys.executable, "-m", "kinject.worker"], input=json.dumps(job(stage, ctx)),
+                            text=True, env=env)
+    if result.returncode != 0:
+        raise KinjectError(f"stage {stage.name!r} failed in its worker process (exit code {result.returncode}; "
+                           "its error is printed above)")
+
+
+def run_stages(run: RunContext) -> list[tuple[PlannedStage, bool, float]]:
+    """Run the plan in order. Under torchrun, each run of consecutive ``spread`` stages is shared out: process
+    r runs stages r, r + N, ...; all processes wait for the whole group before going on."""
+    planned_stages = plan(run)
+    stage_dirs: dict[str, Path] = {}
+    out: list[tuple[PlannedStage, bool, float]] = []
+    i = 0
+    while i < len(planned_stages):
+        planned = planned_stages[i]
+        if not (planned.stage.spread and world_size() > 1):
+            cached, seconds = run_stage(run, planned, stage_dirs)
+            stage_dirs[planned.stage.name] = planned.folder
+            out.append((planned, cached, seconds))
+            i += 1
+            continue
+        group = []
+        while i < len(planned_stages) and planned_stages[i].stage.spread:
+            group.append(planned_stages[i])
+            i += 1
+        mine = {}
+        for j, member in enumerate(group):
+            if j % world_size() == rank():
+                mine[j] = run_stage(run, member, stage_dirs, alone=True)
+        barrier()
+        for j, member in enumerate(group):
+            stage_dirs[member.stage.name] = member.folder
+            out.append((member, *mine.get(j, (True, 0.0))))
+    return out

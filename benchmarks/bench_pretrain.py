@@ -3,7 +3,8 @@ stage's peak memory (VmHWM) at two corpus sizes.
 
 MLM: the same model (minilm), corpus, sequence length, batch size and steps. kinject = the `pretrain-pack`
 stage's packing + the whole-word-masking collator + `train_mlm` (HF Trainer through kinject's training
-arguments). Plain = what run_mlm.py does: `datasets.map` tokenisation, `group_texts` into blocks,
+arguments; the MLM head applied to the masked positions only), and the same with the model's full forward
+(every position projected onto the vocabulary, as the plain script does). Plain = what run_mlm.py does: `datasets.map` tokenisation, `group_texts` into blocks,
 `DataCollatorForLanguageModeling(mlm_probability=0.15)` (token masking; its whole-word option needs 100%
 [MASK] in transformers 4.57), Trainer. Rounds alternate the two so they share the machine's noise; tokens/s
 counts non-padding tokens over the Trainer's train_runtime.
@@ -57,7 +58,7 @@ def training_spec(args):
                         group_by_length=False, logging_steps=10_000, save_steps=100_000)
 
 
-def run_kinject(texts: list[str], args, work: Path) -> dict:
+def run_kinject(texts: list[str], args, work: Path, sparse: bool = True) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForMaskedLM
 
@@ -71,7 +72,8 @@ def run_kinject(texts: list[str], args, work: Path) -> dict:
     prep = time.perf_counter() - start
     data = Dataset.from_file(str(work / "packed.arrow"))
     model = AutoModelForMaskedLM.from_pretrained(str(minilm_path()))
-    stats = train_mlm(model, data, WholeWordMaskCollator(tok), training_spec(args), work / "ckpt", 0, "bench", False)
+    stats = train_mlm(model, data, WholeWordMaskCollator(tok), training_spec(args), work / "ckpt", 0, "bench", False,
+                      sparse=sparse)
     return {"tokens_per_s": stats["tokens_per_second"], "useful": stats["useful_token_fraction"],
             "loss": stats["train_loss"], "prep_s": prep}
 
@@ -115,13 +117,14 @@ def bench_mlm(args) -> None:
     texts = corpus_texts(args.texts)
     print(f"MLM: minilm, {len(texts)} texts, length {args.max_length}, batch {args.batch_size}, {args.steps} steps, "
           f"{args.rounds} rounds, torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}")
-    results: dict[str, list[dict]] = {"kinject": [], "plain": []}
+    runs = {"kinject": run_kinject, "plain": run_plain,
+            "kinject, full forward": lambda t, a, w: run_kinject(t, a, w, sparse=False)}
+    results: dict[str, list[dict]] = {name: [] for name in runs}
     for round_ in range(args.rounds):
-        order = ("kinject", "plain") if round_ % 2 == 0 else ("plain", "kinject")
+        order = list(runs) if round_ % 2 == 0 else list(reversed(runs))
         for name in order:
             with tempfile.TemporaryDirectory() as work:
-                run = run_kinject if name == "kinject" else run_plain
-                results[name].append(run(texts, args, Path(work)))
+                results[name].append(runs[name](texts, args, Path(work)))
             print(f"  round {round_} {name}: {results[name][-1]}")
     med = {n: statistics.median(r["tokens_per_s"] for r in rows) for n, rows in results.items()}
     print("| setup | tokens/s (median) | useful-token fraction | preprocessing s | train loss |")

@@ -130,7 +130,7 @@ def last_checkpoint(work: Path) -> str | None:
     return get_last_checkpoint(str(work))
 
 
-class _HookCallback:
+class HookCallback:
     """Forward Trainer logs to the kinject.hooks event ``kinject_metrics_logged``; with a ``scorer``, also
     score the dev split every ``eval_steps`` steps and announce it as ``eval/<metric>``."""
 
@@ -157,7 +157,7 @@ class _HookCallback:
         return Callback()
 
 
-def _quiet_progress(trainer) -> None:
+def quiet_progress(trainer) -> None:
     """Keep the progress bar, drop the Trainer's own printing of each log dict (kinject's hook logs it)."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -188,8 +188,8 @@ def train(model, features: list[dict], collator: Callable, training: TrainingSpe
     args = training_arguments(training, work, seed, **arg_overrides)
     trainer_cls = with_length_buckets(trainer_cls or Trainer)
     trainer = trainer_cls(model=model, args=args, train_dataset=to_dataset(features), data_collator=counter,
-                          callbacks=[_HookCallback(stage, scorer, training.eval_steps)])
-    _quiet_progress(trainer)
+                          callbacks=[HookCallback(stage, scorer, training.eval_steps)])
+    quiet_progress(trainer)
     checkpoint = last_checkpoint(work) if resume else None
     result = trainer.train(resume_from_checkpoint=checkpoint)
     stats = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}

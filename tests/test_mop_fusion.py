@@ -42,12 +42,12 @@ def adapter_dirs(tiny_model, tmp_path_factory):
     return out
 
 
-def fused(tiny_model, adapter_dirs, mixture="softmax", joint=True, **settings):
+def fused(tiny_model, adapter_dirs, mixture="softmax", joint=True, pooling="cls", **settings):
     from kinject.interfaces import Head
     from kinject.plugins.mop.fusion import attach_partition_adapters
     from kinject.stages import build_task_model
 
-    model = build_task_model(tiny_model, Head("sequence", 2), seed=0)
+    model = build_task_model(tiny_model, Head("sequence", 2), seed=0, pooling=pooling)
     torch.manual_seed(0)
     mix = {"mixture": mixture, "tau": settings.get("tau", 1.0), "top_k": settings.get("top_k", 2),
            "loss_coef": settings.get("loss_coef", 0.01)}
@@ -130,15 +130,15 @@ def test_moe_keeps_exactly_k_per_token_and_its_balancing_loss_reaches_the_traini
     assert fusion_losses(model) is not None and all(layer.aux_loss is None for layer in layers)  # consumed once
 
 
-@pytest.mark.parametrize("mixture", ["softmax", "moe"])
-def test_saved_model_reloads_to_identical_logits(tiny_model, adapter_dirs, tokenizer, tmp_path, mixture):
+@pytest.mark.parametrize("mixture,pooling", [("softmax", "cls"), ("moe", "cls"), ("gumbel", "mean")])
+def test_saved_model_reloads_to_identical_logits(tiny_model, adapter_dirs, tokenizer, tmp_path, mixture, pooling):
     import adapters
     from adapters import Fuse
     from transformers import BertForSequenceClassification
 
     from kinject.plugins.mop.fusion import load_fused_model, save_fused_model
 
-    model, fuse, mix = fused(tiny_model, adapter_dirs, mixture, top_k=3)
+    model, fuse, mix = fused(tiny_model, adapter_dirs, mixture, pooling=pooling, top_k=3)
     with torch.no_grad():  # make the trained parts non-trivial
         for name, p in model.named_parameters():
             if "adapter_fusion_layer" in name or "classifier" in name:

@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 from helpers import run_kinject
 
-from kinject.errors import SpecError
-
 
 def write_kg(path: Path, clusters: int = 3, size: int = 8, rows: int = 40, seed: int = 0) -> Path:
     """``clusters`` groups of ``size`` entities, ``rows`` triples inside each, one bridge triple between two."""
@@ -228,3 +226,16 @@ def test_part_rows_are_labelled_with_their_own_tail_and_head(tmp_path, kg_file, 
     assert first == f"[CLS] {r.lower()} [SEP] {t.lower()} [SEP]"
     h = data.entities[head[rows[0]]].lower()
     assert tokenizer.decode(forward[0]["input_ids"]) == f"[CLS] {h} [SEP] {r.lower()} [SEP]"
+
+
+def test_each_stage_is_keyed_by_its_own_code_only(tmp_path, textcls_dir, kg_file):
+    """Editing the analysis or the mixture must not retrain the K adapters (their keys hold their own code)."""
+    from kinject.engine import plan
+
+    code = {p.stage.name: set(p.record["code"]) for p in plan(prepared(tmp_path, textcls_dir, kg_file))}
+    mop = "kinject.plugins.mop."
+    assert {mop + "knowledge", mop + "stages"} <= code["mop-adapter-0"]
+    assert not {mop + "fusion", mop + "scoring", mop + "analysis", mop + "strategy"} & code["mop-adapter-0"]
+    assert code["mop-partition"] == code["mop-adapter-0"]
+    assert mop + "fusion" in code["mop-finetune"] and mop + "scoring" not in code["mop-finetune"]
+    assert {mop + "scoring", mop + "analysis"} <= code["mop-analysis"]

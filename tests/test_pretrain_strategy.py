@@ -85,6 +85,8 @@ def test_bad_input_fails_before_any_stage(tmp_path, tiny_model, capsys, name, co
 
 
 def test_stage_plans(tmp_path, tiny_model, textcls_dir):
+    from kinject.engine import plan
+
     corpus = write_corpus(tmp_path / "corpus.txt", 20)
     names = lambda **kw: [s.name for s in prepare(spec(tmp_path, corpus, **kw)).stages]  # noqa: E731
     assert names() == ["pretrain-corpus", "pretrain-pack", "pretrain-head", "pretrain-mlm", "pretrain-evaluate"]
@@ -94,17 +96,18 @@ def test_stage_plans(tmp_path, tiny_model, textcls_dir):
     task = {"name": "textcls", "path": str(textcls_dir)}
     run = prepare(spec(tmp_path, corpus, task, init="scratch", vocab_size=3000))
     assert [s.name for s in run.stages] == [
-        "pretrain-corpus", "pretrain-vocab", "pretrain-pack", "pretrain-pack-base", "pretrain-head", "pretrain-mlm",
+        "pretrain-corpus", "pretrain-vocab", "pretrain-pack", "pretrain-pack-vocab", "pretrain-head", "pretrain-mlm",
         "pretrain-evaluate", "finetune", "evaluate", "pretrain-finetune", "pretrain-task-evaluate",
         "pretrain-compare", "pretrain-report"]
     stages = {s.name: s for s in run.stages}
     assert [n for n, s in stages.items() if s.produces_model] == ["pretrain-mlm"]  # the run's model/ is the encoder
-    assert stages["pretrain-mlm"].inputs == ("pretrain-pack", "pretrain-vocab")  # scratch: no start model
-    assert stages["pretrain-head"].config.pack_stage == "pretrain-pack-base"  # the head fits the base vocabulary
+    assert stages["pretrain-mlm"].inputs == ("pretrain-pack-vocab", "pretrain-vocab")  # scratch: no start model
+    # the head fit (the base vocabulary) is one stage whatever the run's vocabulary and init
+    continual = {p.stage.name: p.key for p in plan(prepare(spec(tmp_path, corpus, task)))}
+    assert {p.stage.name: p.key for p in plan(run)}["pretrain-head"] == continual["pretrain-head"]
     assert stages["pretrain-finetune"].config.init_from == "pretrain-mlm"
     exclude = stages["pretrain-corpus"].config.exclude
     assert [ref.name for ref in exclude] == ["textcls"] and exclude[0].limit is None
-    from kinject.engine import plan
 
     keys = lambda data: {p.stage.name: p.key for p in plan(prepare(data))}  # noqa: E731
     ours = keys(spec(tmp_path, corpus, task))
@@ -171,7 +174,7 @@ def test_scratch_with_in_domain_vocabulary_and_a_task(tmp_path, tiny_model, text
     # a fine-tuning setting re-runs the task stages only; pretraining comes from the cache
     data["training"]["learning_rate"] = 5e-4
     cached = {p.stage.name: p.cached for p in plan(prepare(data))}
-    assert all(cached[n] for n in ("pretrain-corpus", "pretrain-vocab", "pretrain-pack", "pretrain-mlm",
+    assert all(cached[n] for n in ("pretrain-corpus", "pretrain-vocab", "pretrain-pack-vocab", "pretrain-mlm",
                                    "pretrain-evaluate"))
     assert not cached["finetune"] and not cached["pretrain-finetune"]
 

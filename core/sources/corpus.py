@@ -203,7 +203,8 @@ class CorpusSource(KnowledgeSource):
 
     def task_modules(self, env: Environment) -> list[str]:
         """Modules of the tasks whose readers feed this corpus (for code fingerprints)."""
-        return sorted({type(t).__module__ for which in ("tasks", "exclude_tasks") for _, t in self.task_list(env, which)})
+        return sorted({type(t).__module__ for which in ("tasks", "exclude_tasks")
+                       for _, t in self.task_list(env, which)})
 
     def held_out(self, env: Environment) -> HeldOutText:
         """The test text of ``tasks`` and ``exclude_tasks``."""

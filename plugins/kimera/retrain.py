@@ -286,12 +286,16 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
     scaler = HeadUpdateScaler(encoder, mask) if mask is not None else None
     gates = HeadGates(encoder, (1.0 - mask).clamp(0, 1), head_layout(encoder)) if forward_mask and mask is not None \
         else None
+    from kinject.training import HookCallback, quiet_progress
+
     args = training_arguments(training, work, seed, group_by_length=False, remove_unused_columns=False,
                               ddp_find_unused_parameters=True, label_names=["labels"])
     trainer = kg_trainer_class()(model=model, args=args, train_dataset=data, batch_sampler=sampler,
                                  data_collator=TaskCollator(tokenizer),
-                                 update_scaler=scaler)
+                                 update_scaler=scaler, callbacks=[HookCallback("kimera-retrain")])
     from kinject.training import last_checkpoint
+
+    quiet_progress(trainer)
 
     checkpoint = last_checkpoint(work) if resume else None
     if gates is not None:

@@ -13,9 +13,9 @@ change only how attention scores over the K adapters become mixture weights:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,14 @@ from adapters.methods.bottleneck import BottleneckLayer
 from adapters.methods.modeling import BertFusion
 from torch import nn
 
-ADAPTER_PREFIX = "part-"
+from kinject.distributed import is_main_process
+from kinject.interfaces import StageContext
+
+from .knowledge import adapter_names, quiet_activation
+from .stages import FusionConfig
+
 # kinject logs at INFO; the library's INFO lines (every adapter loaded / saved, K of them per stage) would drown it
 logging.getLogger("adapters").setLevel(logging.WARNING)
-
-
-def adapter_names(k: int) -> list[str]:
-    return [f"{ADAPTER_PREFIX}{i}" for i in range(k)]
 
 
 class MixtureFusion(BertFusion):
@@ -235,25 +236,38 @@ def load_fused_model(directory: Path, head_kind: str | None = None, attn_impleme
         with safe_open(str(directory / "model.safetensors"), framework="pt") as weights:
             for key, layer in extra.items():
                 layer.w_noise.data.copy_(weights.get_tensor(key))
+    if getattr(config, "kinject_pooling", "cls") == "mean" and not token:
+        from kinject.stages import MeanPooler
+
+        MeanPooler.install(model)
     with quiet_activation():
         model.set_active_adapters(fuse)
     return model.eval()
 
 
-@contextmanager
-def quiet_activation():
-    """``set_active_adapters`` opens a forward context before the setup is active, so the library warns "There are
-    adapters available but none are activated"; that one message is dropped while it runs."""
-    def drop(record) -> bool:
-        return "none are activated" not in record.getMessage()
-
-    logger = logging.getLogger("adapters.model_mixin")
-    logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.removeFilter(drop)
-
-
 def _module_name(model, module) -> str:
     return next(name for name, m in model.named_modules() if m is module)
+
+
+# -- the stage ------------------------------------------------------------------------------------------ #
+def fusion_body(cfg: FusionConfig, ctx: StageContext) -> None:
+    import torch
+
+    from kinject.stages import build_task_model
+    from kinject.training import dev_scorer, train
+
+    task, env = cfg.task.build(), cfg.task.environment(ctx)
+    tokenizer = cfg.model.load_tokenizer()
+    model = build_task_model(cfg.model.path, task.head(env), cfg.model.attn_implementation, cfg.seed,
+                             cfg.model.revision, cfg.model.layers, cfg.model.pooling)
+    torch.manual_seed(cfg.seed)  # fusion-layer initialisation
+    fuse = attach_partition_adapters(model, [ctx.inputs[name] / "adapter" for name in cfg.adapters], cfg.mixture,
+                                     cfg.joint)
+    features = task.featurize(tokenizer, task.examples(task.train_split, env), cfg.model.max_length, env)
+    scorer = dev_scorer(task, env, tokenizer, cfg.model.max_length, cfg.training) if cfg.training.eval_steps else None
+    stats = train(model, features, task.collator(tokenizer), cfg.training, ctx.work, cfg.seed, stage=ctx.name,
+                  resume=ctx.resume, trainer_cls=mixture_trainer_class(), scorer=scorer)
+    stats["trainable_parameters"] = float(sum(p.numel() for p in model.parameters() if p.requires_grad))
+    if is_main_process():
+        save_fused_model(model, tokenizer, ctx.out / "model", fuse, cfg.mixture)
+        (ctx.out / "train.json").write_text(json.dumps(stats, indent=2))

@@ -9,6 +9,9 @@ head prediction). A fraction of the part's triples is held out to measure the ad
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -16,9 +19,41 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .fusion import quiet_activation
+from kinject.distributed import is_main_process
+from kinject.interfaces import StageContext
+from kinject.refs import ModelRef
+from kinject.stages import plain
+
+from .stages import PARTITION, KGSettings, PartAdapterConfig, PartitionConfig
+
+log = logging.getLogger("kinject")
 
 PART_DROPPED = -1  # triple_part value of a cross-part triple that no part keeps
+
+
+@contextmanager
+def quiet_activation():
+    """``set_active_adapters`` / ``train_adapter*`` open a forward context before the setup is active, so the library
+    warns "There are adapters available but none are activated"; that one message is dropped while they run."""
+
+    def drop(record) -> bool:
+        return "none are activated" not in record.getMessage()
+
+    logger = logging.getLogger("adapters.model_mixin")
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+def adapter_name(part: int) -> str:
+    return f"part-{part}"
+
+
+def adapter_names(k: int) -> list[str]:
+    """The partition adapters' names: part-0 .. part-(k-1)."""
+    return [adapter_name(i) for i in range(k)]
 
 
 # -- which triples and entities belong to a part --------------------------------------------------------- #
@@ -147,3 +182,102 @@ def ranking_accuracy(model: EntityPredictor, features: list[dict], collator, bat
             hits[k] += int((rank < k).sum())
     model.train(was_training)
     return {f"accuracy@{k}": hits[k] / len(features) for k in ks} | {"n": len(features)}
+
+
+# -- the stages: partition, one adapter per part ------------------------------------------------------------ #
+def kg_data(kg: KGSettings, model: ModelRef, ctx: StageContext):
+    from kinject.kg.data import KGDataConfig, build_kg_data
+
+    return build_kg_data(kg.source.build(), kg.source.environment(ctx), model.load_tokenizer(),
+                         KGDataConfig(tasks=["tail"], max_length=kg.max_length, max_triples=kg.max_triples))
+
+
+def _columns(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return tuple(np.asarray(data.triples.data.column(c).to_numpy(), dtype=np.int64)
+                 for c in ("head", "relation", "tail"))
+
+
+def partition_body(cfg: PartitionConfig, ctx: StageContext) -> None:
+    from safetensors.torch import save_file
+
+    from kinject.kg.partition import EntityGraph, metis_parts, partition_report, shuffle_parts
+
+    if not is_main_process():  # one process partitions; the others wait for it at the stage barrier
+        return
+    data = kg_data(cfg.kg, cfg.model, ctx)
+    head, relation, tail = _columns(data)
+    graph = EntityGraph(data.entities, data.relations, head, relation, tail)
+    parts = metis_parts(graph, cfg.partitions, cfg.seed)
+    if cfg.shuffle > 0:
+        parts = shuffle_parts(parts, cfg.shuffle, cfg.seed)
+    report = partition_report(graph, parts, cfg.partitions, cfg.seed)
+    triple_part = assign_triples(parts, head, tail, cfg.cross_part)
+    assigned = np.bincount(triple_part[triple_part >= 0], minlength=cfg.partitions)
+    report.update(shuffle=cfg.shuffle, seed=cfg.seed, cross_part=cfg.cross_part,
+                  triples_dropped=int((triple_part < 0).sum()), triples_assigned_per_part=assigned.tolist(),
+                  kg=data.stats, kg_data=data.path.name)
+    empty = np.flatnonzero(assigned == 0).tolist()
+    if empty:
+        log.warning("mop: partitions %s hold no triples; their adapters stay untrained", empty)
+    save_file({"parts": torch.from_numpy(parts.astype(np.int32)), "triple_part": torch.from_numpy(triple_part)},
+              str(ctx.out / "partition.safetensors"))
+    (ctx.out / "partition.json").write_text(json.dumps(plain(report), indent=1))
+    log.info("mop partition: %d parts, edge cut %.3f of edges (%.3fx random), %d of %d triples kept",
+             cfg.partitions, report["edge_cut_fraction"], report["cut_vs_random"], int(assigned.sum()),
+             report["triples"])
+
+
+def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
+    from safetensors.torch import load_file, save_file
+    from transformers import set_seed
+
+    from kinject.kg.batching import KGCollator
+    from kinject.training import train
+
+    folder = ctx.inputs[PARTITION]
+    data = kg_data(cfg.kg, cfg.model, ctx)
+    if json.loads((folder / "partition.json").read_text())["kg_data"] != data.path.name:
+        raise RuntimeError(f"{ctx.name}: the KG rows differ from those the partition was computed on")
+    arrays = load_file(str(folder / "partition.safetensors"))
+    parts, triple_part = arrays["parts"].numpy(), arrays["triple_part"].numpy()
+    head, _, tail = _columns(data)
+    rows = np.flatnonzero(triple_part == cfg.part)
+    classes = part_classes(parts, cfg.part, head, tail, rows, cfg.bidirectional)
+    train_rows, heldout_rows = split_heldout(rows, cfg.heldout_fraction, cfg.seed + cfg.part)
+    tokenizer = cfg.model.load_tokenizer()
+
+    def features(which: np.ndarray) -> list[dict]:
+        out = tail_features(data, which, classes)
+        if cfg.bidirectional:
+            out += head_features(data, which, classes, tokenizer, cfg.kg.max_length)
+        return out
+
+    train_features, heldout_features = features(train_rows), features(heldout_rows)
+    name = adapter_name(cfg.part)
+    set_seed(cfg.seed + cfg.part)  # adapter and entity-head initialisation
+    encoder = adapter_encoder(cfg.model.load_encoder(), name, cfg.adapter)
+    model = EntityPredictor(encoder, len(classes))
+    before = base_digest(encoder)
+    collator = KGCollator(tokenizer)
+    stats: dict = {}
+    if train_features:
+        stats = train(model, train_features, collator, cfg.training, ctx.work, cfg.seed + cfg.part, stage=ctx.name,
+                      resume=ctx.resume)
+    else:
+        log.warning("%s: partition %d has no training triples; its adapter stays untrained", ctx.name, cfg.part)
+    after = base_digest(encoder)
+    if after != before:
+        raise RuntimeError(f"{ctx.name}: adapter training changed base-model weights")
+    heldout = ranking_accuracy(model, heldout_features, collator, cfg.eval_batch_size)
+    encoder.save_adapter(str(ctx.out / "adapter"), name, use_safetensors=True)
+    save_file({"weight": model.head.weight.detach().contiguous(), "bias": model.head.bias.detach().contiguous(),
+               "classes": torch.from_numpy(classes)}, str(ctx.out / "entity_head.safetensors"))
+    summary = {"part": cfg.part, "adapter": name, "entities": int((parts == cfg.part).sum()),
+               "classes": int(len(classes)), "triples": int(len(rows)), "train_rows": len(train_features),
+               "heldout_rows": len(heldout_features), "heldout": heldout,
+               "train_loss": stats.get("train_loss"), "useful_token_fraction": stats.get("useful_token_fraction"),
+               "train_seconds": stats.get("train_runtime"), "train": stats,
+               "base_sha256": after, "base_unchanged": after == before}
+    (ctx.out / "adapter.json").write_text(json.dumps(plain(summary), indent=1))
+    log.info("%s: %d classes, %d training rows, held-out accuracy@1 %.3f", ctx.name, len(classes),
+             len(train_features), heldout.get("accuracy@1", float("nan")))

@@ -17,8 +17,10 @@ from kinject.errors import SpecError
 from kinject.interfaces import Stage, Strategy
 
 from .config import MopConfig
-from .stages import (PARTITION, AnalysisConfig, FusionConfig, KGSettings, PartAdapterConfig, PartitionConfig,
-                     adapter_body, analysis_body, evaluate_body, fusion_body, partition_body)
+from .fusion import fusion_body
+from .knowledge import adapter_body, partition_body
+from .scoring import analysis_body, evaluate_body
+from .stages import PARTITION, AnalysisConfig, FusionConfig, KGSettings, PartAdapterConfig, PartitionConfig
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "adapters")
 
@@ -169,7 +171,7 @@ def probe_adapter(model_path: str, config) -> None:
 
     from kinject.models import offline
 
-    from .fusion import quiet_activation
+    from .knowledge import quiet_activation
 
     model_config = AutoConfig.from_pretrained(model_path, local_files_only=offline())
     model_config.num_hidden_layers = 1

@@ -65,6 +65,7 @@ class PretrainConfig(PluginConfig):
                             "fitting one on the frozen encoder first, so the base model's perplexity is measurable "
                             "and continual training starts from a trained head (0: start from a random head).")
     head_learning_rate: float = Field(1e-3, gt=0, description="Peak learning rate of the head fit.")
+    head_batch_size: int = Field(32, ge=1, description="Sequences per device and step of the head fit.")
     eval_max_texts: int = Field(500, ge=1, description="Held-out texts scored for perplexity.")
 
     @model_validator(mode="after")

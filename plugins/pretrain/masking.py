@@ -15,26 +15,14 @@ hence this collator.
 
 from __future__ import annotations
 
+import bisect
 from pathlib import Path
 from typing import Iterable, Iterator
 
+import numpy as np
 import torch
 
 SEP_WORD = -1  # word index of [CLS], [SEP] and padding
-
-
-def _words(ids: list[int], word_ids: list[int | None]) -> Iterator[list[int]]:
-    """The pieces of each word of one tokenised document, in order."""
-    current: list[int] = []
-    last = None
-    for token, word in zip(ids, word_ids):
-        if word != last and current:
-            yield current
-            current = []
-        current.append(token)
-        last = word
-    if current:
-        yield current
 
 
 class Packer:
@@ -44,47 +32,59 @@ class Packer:
         self.tokenizer = tokenizer
         self.budget = max_length - 2  # room between [CLS] and the closing [SEP]
         self.cls, self.sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-        self.ids: list[int] = []
-        self.words: list[int] = []
+        self.ids: list[np.ndarray] = []
+        self.words: list[np.ndarray] = []
+        self.length = 0
         self.next_word = 0
         self.documents = 0
         self.truncated_words = 0
 
+    def _put(self, ids: np.ndarray, words: np.ndarray) -> None:
+        self.ids.append(ids)
+        self.words.append(words)
+        self.length += len(ids)
+
     def _emit(self) -> dict | None:
-        if not self.ids:
+        if not self.length:
             return None
-        ids, words = self.ids, self.words
-        if ids[-1] == self.sep:  # the document separator doubles as the closing [SEP]
+        ids, words = np.concatenate(self.ids), np.concatenate(self.words)
+        if ids[-1] == self.sep and words[-1] == SEP_WORD:  # a document separator doubles as the closing [SEP]
             ids, words = ids[:-1], words[:-1]
-        row = {"input_ids": [self.cls, *ids, self.sep], "word_ids": [SEP_WORD, *words, SEP_WORD]}
-        self.ids, self.words, self.next_word = [], [], 0
+        row = {"input_ids": [self.cls, *ids.tolist(), self.sep], "word_ids": [SEP_WORD, *words.tolist(), SEP_WORD]}
+        self.ids, self.words, self.length, self.next_word = [], [], 0, 0
         return row
 
     def add(self, texts: list[str]) -> Iterator[dict]:
         """Sequences completed by these documents (a partial one is kept for the next call)."""
-        encoded = self.tokenizer(texts, add_special_tokens=False)
+        encoded = self.tokenizer(texts, add_special_tokens=False, verbose=False)  # documents may exceed a sequence
         for i, ids in enumerate(encoded["input_ids"]):
             if not ids:
                 continue
             self.documents += 1
-            for pieces in _words(ids, encoded.word_ids(i)):
-                if len(self.ids) + len(pieces) > self.budget:
-                    row = self._emit()
-                    if row is not None:
-                        yield row
-                    if len(pieces) > self.budget:
-                        pieces = pieces[: self.budget]
-                        self.truncated_words += 1
-                self.ids.extend(pieces)
-                self.words.extend([self.next_word] * len(pieces))
-                self.next_word += 1
-            if len(self.ids) < self.budget:
-                self.ids.append(self.sep)
-                self.words.append(SEP_WORD)
+            ids = np.asarray(ids, dtype=np.int64)
+            word = np.array(encoded.word_ids(i), dtype=np.float64)  # None (an added token) -> nan: its own word
+            starts = np.ones(len(ids), dtype=bool)
+            starts[1:] = word[1:] != word[:-1]
+            dense = np.cumsum(starts) - 1  # the token's word, numbered 0, 1, ... in the document
+            ends = np.append(np.flatnonzero(starts)[1:], len(ids))  # where each word ends
+            p = 0
+            while p < len(ids):
+                k = bisect.bisect_right(ends, p + self.budget - self.length) - 1  # the last word that fits
+                if k >= 0 and ends[k] > p:
+                    e = int(ends[k])
+                elif self.length:  # the next word does not fit: a new sequence
+                    yield self._emit()
+                    continue
+                else:  # a word longer than a whole sequence: truncated
+                    e = p + self.budget
+                    self.truncated_words += 1
+                self._put(ids[p:e], dense[p:e] - dense[p] + self.next_word)
+                self.next_word += int(dense[e - 1] - dense[p]) + 1
+                p = int(ends[bisect.bisect_right(ends, e - 1)]) if e < len(ids) else e
+            if self.length < self.budget:
+                self._put(np.array([self.sep]), np.array([SEP_WORD]))
             else:
-                row = self._emit()
-                if row is not None:
-                    yield row
+                yield self._emit()
 
     def finish(self) -> Iterator[dict]:
         row = self._emit()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
@@ -125,22 +125,23 @@ def sparse_prediction(model) -> Iterator[bool]:
         del model.forward
 
 
-def train_mlm(model, dataset, collator, training, work: Path, seed: int, stage: str, resume: bool) -> dict:
+def train_mlm(model, dataset, collator, training, work: Path, seed: int, stage: str, resume: bool,
+              sparse: bool = True) -> dict:
     """Train ``model`` on a packed, memory-mapped ``dataset`` through HF Trainer with kinject's training
     arguments (seeded, resumable from ``work``, DDP under torchrun), the head applied only where there are
-    labels (:func:`sparse_prediction`). Returns loss, steps, tokens/s."""
+    labels (:func:`sparse_prediction`) unless ``sparse`` is off. Returns loss, steps, tokens/s."""
     from transformers import Trainer, set_seed
 
     from kinject.distributed import world_size
-    from kinject.training import PaddingCounter, _HookCallback, _quiet_progress, last_checkpoint, training_arguments
+    from kinject.training import PaddingCounter, HookCallback, quiet_progress, last_checkpoint, training_arguments
 
     set_seed(seed)
     counter = PaddingCounter(collator)
     args = training_arguments(training, work, seed, remove_unused_columns=False)
-    with sparse_prediction(model):
+    with sparse_prediction(model) if sparse else nullcontext():
         trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=counter,
-                          callbacks=[_HookCallback(stage, None, None)])
-        _quiet_progress(trainer)
+                          callbacks=[HookCallback(stage, None, None)])
+        quiet_progress(trainer)
         checkpoint = last_checkpoint(work) if resume else None
         result = trainer.train(resume_from_checkpoint=checkpoint)
     stats = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
@@ -156,7 +157,7 @@ def _word_pieces(tokenizer, text: str, starts: list[int]) -> list[list[int]]:
     """Token ids of each shared word (by the character offset where each token starts)."""
     import bisect
 
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     words: list[list[int]] = [[] for _ in starts]
     for token, (start, end) in zip(encoded["input_ids"], encoded["offset_mapping"]):
         index = bisect.bisect_right(starts, start) - 1

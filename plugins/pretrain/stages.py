@@ -85,7 +85,7 @@ def corpus_body(cfg: CorpusStageConfig, ctx: StageContext) -> None:
         raise DataError(f"pretrain corpus: {sum(counts.values())} text(s) left after removing duplicates and test "
                         "text; need at least 2 (one held out)")
     stats = {"train_texts": counts["train"], "heldout_texts": counts["heldout"], "chars": chars,
-             "excluded_test_texts": held.texts, **{k.replace(" ", "_"): v for k, v in source.stats.items()}}
+             "run_task_test_texts": held.texts, **{k.replace(" ", "_"): v for k, v in source.stats.items()}}
     _write_json(ctx.out / "corpus.json", stats)
     _write_json(ctx.out / "metrics.json", {"corpus": stats})
     with open(ctx.out / "heldout.jsonl", "w", encoding="utf-8") as handle:  # for `kinject vocab compare --corpus`
@@ -255,7 +255,8 @@ def perplexity_body(cfg: PerplexityConfig, ctx: StageContext) -> None:
               "output": (load_mlm(output_path, None, attn)[0], load_tokenizer(output_path))}
     windows = masked_windows(texts, {k: tok for k, (_, tok) in models.items()}, cfg.max_length, cfg.probability,
                              cfg.seed)
-    scores = {k: score_windows(model, windows[k], tok.pad_token_id, cfg.batch_size) for k, (model, tok) in models.items()}
+    scores = {k: score_windows(model, windows[k], tok.pad_token_id, cfg.batch_size)
+              for k, (model, tok) in models.items()}
     heldout = dict(scores["output"])
     heldout.update({f"reference_{k}": v for k, v in scores["reference"].items()})
     same = models["reference"][1].get_vocab() == models["output"][1].get_vocab()

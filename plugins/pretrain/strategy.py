@@ -2,8 +2,8 @@
 optional in-domain WordPiece vocabulary, whole-word-masking MLM from scratch or continual - then, with a
 task, fine-tuning the result against fine-tuning the base model, paired on the same test examples.
 
-Stages: ``pretrain-corpus`` -> ``pretrain-vocab`` (vocab=train) -> ``pretrain-pack`` (+ ``pretrain-pack-base``
-when the head fit needs the base vocabulary) -> ``pretrain-head`` (only when the base model ships no MLM head)
+Stages: ``pretrain-corpus`` -> ``pretrain-vocab`` (vocab=train) -> ``pretrain-pack`` (the base vocabulary) /
+``pretrain-pack-vocab`` (the trained one) -> ``pretrain-head`` (only when the base model ships no MLM head)
 -> ``pretrain-mlm`` -> ``pretrain-evaluate`` (held-out perplexity vs the base model); with a task:
 ``finetune`` + ``evaluate`` (the baseline, shared with the finetune strategy's cache), ``pretrain-finetune`` +
 ``pretrain-task-evaluate``, ``pretrain-compare``, ``pretrain-report``. The run's ``model/`` is the pretrained
@@ -133,14 +133,15 @@ class PretrainStrategy(Strategy):
             self.__dict__["needs_head"] = bool(load_mlm(ref.path, ref.revision, ref.attn_implementation)[1])
         return self.__dict__["needs_head"]
 
-    def _mlm_config(self, run, mode: str, steps: int, learning_rate: float, pack: str, vocab_stage: str | None,
-                    start_stage: str | None) -> MlmConfig:
+    def _mlm_config(self, run, mode: str, steps: int, learning_rate: float, batch_size: int, pack: str,
+                    vocab_stage: str | None, start_stage: str | None) -> MlmConfig:
         cfg, training = self.config, run.spec.training
         spec = training.for_training().model_copy(update=dict(
-            epochs=1.0, max_steps=steps, learning_rate=learning_rate, batch_size=cfg.mlm_batch_size,
+            epochs=1.0, max_steps=steps, learning_rate=learning_rate, batch_size=batch_size,
             gradient_accumulation_steps=cfg.mlm_gradient_accumulation, warmup_ratio=cfg.mlm_warmup_ratio,
             group_by_length=False, eval_steps=None))
-        return MlmConfig(model=self.base_ref(run), mode=mode, scratch=cfg.scratch.model_dump() if mode == "scratch" else {},
+        scratch = cfg.scratch.model_dump() if mode == "scratch" else {}
+        return MlmConfig(model=self.base_ref(run), mode=mode, scratch=scratch,
                          vocab_stage=vocab_stage, start_stage=start_stage, pack_stage=pack,
                          max_length=self.max_length(run), training=spec, seed=cfg.mlm_seed,
                          masking=MaskingConfig(probability=cfg.mlm_probability, mask_replace=cfg.mask_replace,
@@ -173,23 +174,26 @@ class PretrainStrategy(Strategy):
                                                    model_max_length=self.positions(run))))
         if cfg.until == "vocab":
             return stages
-        stages.append(Stage(name="pretrain-pack", body=pack_body, inputs=("pretrain-corpus", *(vocab and [vocab] or [])),
-                            config=PackConfig(model=None if vocab else self.base_ref(run), vocab_stage=vocab,
-                                              max_length=max_length)))
         head = "pretrain-head" if self._needs_head(run) else None
+        # "pretrain-pack": the base vocabulary (the head fit, and the MLM with vocab=keep), so the head fit is
+        # the same stage whatever the run's vocabulary; "pretrain-pack-vocab": the trained vocabulary
+        if head or not vocab:
+            stages.append(Stage(name="pretrain-pack", body=pack_body, inputs=("pretrain-corpus",),
+                                config=PackConfig(model=self.base_ref(run), max_length=max_length)))
+        pack = "pretrain-pack"
+        if vocab:
+            pack = "pretrain-pack-vocab"
+            stages.append(Stage(name=pack, body=pack_body, inputs=("pretrain-corpus", vocab),
+                                config=PackConfig(vocab_stage=vocab, max_length=max_length)))
         if head:
-            pack = "pretrain-pack"
-            if vocab:
-                pack = "pretrain-pack-base"
-                stages.append(Stage(name=pack, body=pack_body, inputs=("pretrain-corpus",),
-                                    config=PackConfig(model=self.base_ref(run), max_length=max_length)))
-            stages.append(Stage(name=head, body=mlm_body, inputs=(pack,), config=self._mlm_config(
-                run, "head", cfg.head_steps, cfg.head_learning_rate, pack, None, None)))
+            stages.append(Stage(name=head, body=mlm_body, inputs=("pretrain-pack",), config=self._mlm_config(
+                run, "head", cfg.head_steps, cfg.head_learning_rate, cfg.head_batch_size, "pretrain-pack", None,
+                None)))
         start = head if cfg.init == "continual" else None
         stages.append(Stage(name="pretrain-mlm", body=mlm_body, produces_model=True,
-                            inputs=tuple(s for s in ("pretrain-pack", vocab, start) if s),
+                            inputs=tuple(s for s in (pack, vocab, start) if s),
                             config=self._mlm_config(run, cfg.init, cfg.mlm_steps, cfg.mlm_learning_rate,
-                                                    "pretrain-pack", vocab, start)))
+                                                    cfg.mlm_batch_size, pack, vocab, start)))
         stages.append(Stage(name="pretrain-evaluate", body=perplexity_body,
                             inputs=tuple(s for s in ("pretrain-corpus", "pretrain-mlm", head) if s),
                             config=PerplexityConfig(reference=self.base_ref(run), reference_stage=head,
@@ -212,6 +216,7 @@ class PretrainStrategy(Strategy):
                    evaluate_stage(run, "pretrain-finetune", name="pretrain-task-evaluate"),
                    compare_stage(run, baseline="evaluate", other="pretrain-task-evaluate", name="pretrain-compare",
                                  labels=(run.spec.model.name, f"pretrain-{self.config.init}")),
-                   Stage(name="pretrain-report", body=report_body, inputs=("pretrain-evaluate", "pretrain-task-evaluate"),
+                   Stage(name="pretrain-report", body=report_body,
+                         inputs=("pretrain-evaluate", "pretrain-task-evaluate"),
                          config=ReportConfig(perplexity_stage="pretrain-evaluate", task_stage="pretrain-task-evaluate"))]
         return stages

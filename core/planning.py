@@ -227,5 +227,15 @@ def run_stages(run: RunContext) -> list[tuple[PlannedStage, bool, float]]:
         barrier()
         for j, member in enumerate(group):
             stage_dirs[member.stage.name] = member.folder
-            out.append((member, *mine.get(j, (True, 0.0))))
+            out.append((member, *mine.get(j, _finished_elsewhere(member))))
     return out
+
+
+def _finished_elsewhere(planned: PlannedStage) -> tuple[bool, float]:
+    """(cached, seconds) of a spread stage another process ran: read back from its stage.json."""
+    try:
+        info = json.loads((planned.folder / "stage.json").read_text())
+    except (OSError, ValueError):
+        return True, 0.0
+    ran_now = not planned.cached
+    return (not ran_now, float(info.get("seconds", 0.0)) if ran_now else 0.0)

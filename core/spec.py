@@ -45,6 +45,9 @@ class TrainingSpec(StrictModel):
     min_steps: int | None = Field(None, ge=1, description="Train at least this many optimiser steps, even when "
                                   "`epochs` of a small training set would be fewer (ignored with max_steps).")
     learning_rate: float = Field(5e-5, gt=0, description="Peak learning rate (linear decay).")
+    head_learning_rate: float | None = Field(None, gt=0, description="Peak learning rate of the new task head "
+                                             "(default: learning_rate). A fresh linear head on a small-norm encoder "
+                                             "(e.g. minilm) learns slowly at an encoder's rate.")
     batch_size: int = Field(16, ge=1, description="Training batch size per device.")
     eval_batch_size: int = Field(64, ge=1, description="Evaluation batch size per device.",
                                  json_schema_extra=NOT_KEYED)

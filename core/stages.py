@@ -103,10 +103,22 @@ def build_task_model(encoder_path: str | Path, head: Head, attn_implementation: 
 
 
 def load_task_model(model_dir: Path, head: Head, attn_implementation: str = "sdpa"):
-    """A saved task model (sequence or token head) from a stage's ``model/`` folder."""
+    """A saved task model (sequence or token head) from a stage's ``model/`` folder.
+
+    A strategy whose models need more than ``from_pretrained`` (MoP: adapters and their fusion) writes
+    ``kinject_strategy`` into config.json and gives its class a ``load_task_model(model_dir, head, attn)``.
+    """
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
     from kinject.models import offline
+
+    name = json.loads((Path(model_dir) / "config.json").read_text()).get("kinject_strategy")
+    if name:
+        from kinject.registry import registry
+
+        loader = getattr(registry("strategies").get(name), "load_task_model", None)
+        if loader is not None:
+            return loader(model_dir, head, attn_implementation)
 
     cls = AutoModelForTokenClassification if head.kind == "token" else AutoModelForSequenceClassification
     model = cls.from_pretrained(str(model_dir), local_files_only=offline(), attn_implementation=attn_implementation)

@@ -170,10 +170,11 @@ def quiet_progress(trainer) -> None:
         trainer.add_callback(Progress)
 
 
-def train(model, features: list[dict], collator: Callable, training: TrainingSpec, work: Path, seed: int,
+def train(model, features, collator: Callable, training: TrainingSpec, work: Path, seed: int,
           stage: str = "train", resume: bool = False, trainer_cls=None, scorer: Callable | None = None,
           **arg_overrides: Any) -> dict[str, float]:
-    """Train ``model`` in place on ``features``. Returns training stats (loss, samples/s, useful-token
+    """Train ``model`` in place on ``features`` (a list of feature dicts, or a ``datasets.Dataset`` with a
+    ``length`` column, which stays memory-mapped). Returns training stats (loss, samples/s, useful-token
     fraction). Checkpoints go to ``work``; ``resume`` restarts from the last one there. ``scorer(model)``
     (see :func:`dev_scorer`) is called every ``training.eval_steps`` steps."""
     from transformers import Trainer, set_seed
@@ -187,8 +188,10 @@ def train(model, features: list[dict], collator: Callable, training: TrainingSpe
             arg_overrides.setdefault("max_steps", training.min_steps)
     args = training_arguments(training, work, seed, **arg_overrides)
     trainer_cls = with_length_buckets(trainer_cls or Trainer)
-    trainer = trainer_cls(model=model, args=args, train_dataset=to_dataset(features), data_collator=counter,
-                          callbacks=[HookCallback(stage, scorer, training.eval_steps)])
+    dataset = features if hasattr(features, "column_names") else to_dataset(features)
+    optimizers = (head_optimizer(model, training), None) if training.head_learning_rate else (None, None)
+    trainer = trainer_cls(model=model, args=args, train_dataset=dataset, data_collator=counter,
+                          callbacks=[HookCallback(stage, scorer, training.eval_steps)], optimizers=optimizers)
     quiet_progress(trainer)
     checkpoint = last_checkpoint(work) if resume else None
     result = trainer.train(resume_from_checkpoint=checkpoint)
@@ -198,6 +201,31 @@ def train(model, features: list[dict], collator: Callable, training: TrainingSpe
     stats["world_size"] = float(args.world_size)
     stats["resumed_from_step"] = float(int(checkpoint.rsplit("-", 1)[-1])) if checkpoint else 0.0
     return stats
+
+
+HEAD_MODULES = ("classifier", "score", "qa_outputs")  # the task heads transformers' Auto*For* classes add
+
+
+def head_optimizer(model, training: TrainingSpec):
+    """AdamW with the task head at ``training.head_learning_rate`` and the rest at ``learning_rate`` (weight
+    decay on weights, not on biases and LayerNorms, as the Trainer does); the Trainer adds the schedule."""
+    import torch
+
+    groups: dict[tuple[bool, bool], list] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        head = name.split(".")[0] in HEAD_MODULES
+        decay = param.ndim > 1 and "LayerNorm" not in name and "layer_norm" not in name
+        groups.setdefault((head, decay), []).append(param)
+    if not any(head for head, _ in groups):
+        from kinject.errors import SpecError
+
+        raise SpecError(f"training.head_learning_rate: {type(model).__name__} has no task head "
+                        f"({', '.join(HEAD_MODULES)})")
+    return torch.optim.AdamW([{"params": params, "weight_decay": training.weight_decay if decay else 0.0,
+                               "lr": training.head_learning_rate if head else training.learning_rate}
+                              for (head, decay), params in groups.items()], lr=training.learning_rate)
 
 
 def _by_length(features: list[dict]) -> np.ndarray:

@@ -190,16 +190,14 @@ def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenize
 
 
 
-@pytest.mark.xfail(strict=True, reason="`kinject eval` loads with plain from_pretrained, which drops the adapters and "
-                   "the fusion: it needs the load hook asked of the lead in docs/mop.md (then remove this mark)")
 def test_kinject_eval_scores_a_saved_mop_model_like_its_own_loader(tiny_model, adapter_dirs, tokenizer, tmp_path,
                                                                    textcls_dir, capsys):
     from helpers import run_kinject
 
     from kinject.interfaces import Environment
     from kinject.plugins.mop.fusion import load_fused_model, save_fused_model
-    from kinject.plugins.mop.scoring import score_splits
     from kinject.registry import registry
+    from kinject.training import predict
 
     model, fuse, mix = fused(tiny_model, adapter_dirs, "gumbel", tau=0.5)
     with torch.no_grad():
@@ -211,8 +209,10 @@ def test_kinject_eval_scores_a_saved_mop_model_like_its_own_loader(tiny_model, a
                        "--set", "model.max_length=32", "-o", str(tmp_path / "eval")) == 0
     task = registry("tasks").get("textcls")(path=str(textcls_dir))
     env = Environment(tmp_path, tmp_path / "cache")
-    _, records = score_splits(load_fused_model(tmp_path / "model"), tokenizer, task, env, 64, 32, tmp_path / "w")
-    expected = [r["scores"] for r in records["test"]]
+    examples = task.examples("test", env)
+    features = task.featurize(tokenizer, examples, 32, env)
+    logits = predict(load_fused_model(tmp_path / "model"), features, task.collator(tokenizer), 64, tmp_path / "w")
+    expected = [r["scores"] for r in task.predictions("test", examples, features, logits, env)]
     got = [json.loads(line)["scores"] for line in (tmp_path / "eval" / "predictions" / "test.jsonl").read_text()
            .splitlines()]
     assert np.allclose(got, expected, atol=1e-6)

@@ -239,3 +239,19 @@ def test_each_stage_is_keyed_by_its_own_code_only(tmp_path, textcls_dir, kg_file
     assert code["mop-partition"] == code["mop-adapter-0"]
     assert mop + "fusion" in code["mop-finetune"] and mop + "scoring" not in code["mop-finetune"]
     assert {mop + "scoring", mop + "analysis"} <= code["mop-analysis"]
+
+
+def test_zero_adapter_steps_leaves_the_adapters_untrained(tmp_path, textcls_dir, kg_file):
+    (tmp_path / "s0").mkdir()
+    (tmp_path / "s2").mkdir()
+    from safetensors.torch import load_file
+
+    dirs = {}
+    for steps in (0, 2):
+        run = prepared(tmp_path / f"s{steps}", textcls_dir, kg_file, adapter_max_steps=steps)
+        dirs[steps] = run_stages(run, {"mop-partition", "mop-adapter-0"})["mop-adapter-0"]
+    stats = json.loads((dirs[0] / "adapter.json").read_text())
+    assert stats["train"] == {} and stats["train_rows"] > 0 and stats["base_unchanged"]
+    untrained, trained = (load_file(str(d / "adapter" / "adapter.safetensors")) for d in (dirs[0], dirs[2]))
+    assert untrained.keys() == trained.keys()
+    assert any(not (untrained[k] == trained[k]).all() for k in untrained)  # same init (kg_seed), then trained

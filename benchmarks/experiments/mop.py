@@ -3,8 +3,10 @@
 minilm + the embedded HPO graph (all 535,400 triples, 36,157 entities, 3 relations), K in {4, 8, 20}
 (softmax mixture, joint fine-tuning as in the paper) against `finetune` on NCBI-disease, BC5-disease, HoC and
 CAPR (MedQuAD, trained), seeds 42-44 (`--repeats 3`), plus the paper's shuffle control at K=20 (R = 0.5, 1;
-R = 0 is the K=20 row). Paired: every MoP run also trains and scores the `finetune` baseline of its seed (the
-`finetune` strategy's own stages and cache keys, so the baseline is trained once per task and seed), and its
+R = 0 is the K=20 row), and on NCBI-disease and CAPR a K=20 run whose adapters are not trained at all
+(`strategy.adapter_max_steps=0`: what the fusion's extra parameters give without knowledge). Paired: every MoP
+run also trains and scores the `finetune` baseline of its seed (the `finetune` strategy's own stages and cache
+keys, so the baseline is trained once per task and seed), and its
 metrics.json holds `comparison` (paired bootstrap over the test examples); `kinject compare` pools the seeds.
 
 The knowledge side is keyed without task or seed: the adapters of one (K, shuffle) are trained once (1 epoch
@@ -67,9 +69,19 @@ def baseline(task: str, out: str) -> list[str]:
             "-o", f"{out}/finetune-{task}"]
 
 
+CONTROL_TASKS = ("ncbi-disease", "capr")  # K=20 with untrained adapters: what fusion capacity alone gives
+
+
+def control(task: str, out: str) -> list[str]:
+    cmd = command(task, 20, 0.0, out, extra=("--set", "strategy.adapter_max_steps=0"))
+    cmd[-1] += "-untrained"
+    return cmd
+
+
 def grid(out: str) -> list[list[str]]:
     cells = [(task, k, 0.0) for task in TASKS for k in PARTS] + [(task, 20, r) for task in TASKS for r in SHUFFLES]
-    return [baseline(task, out) for task in TASKS] + [command(task, k, r, out) for task, k, r in cells]
+    return [baseline(task, out) for task in TASKS] + [command(task, k, r, out) for task, k, r in cells] + \
+        [control(task, out) for task in CONTROL_TASKS]
 
 
 def compare_commands(out: str) -> list[list[str]]:
@@ -77,6 +89,7 @@ def compare_commands(out: str) -> list[list[str]]:
     rows = []
     for task in TASKS:
         runs = [f"{out}/{name(task, k, 0.0)}" for k in PARTS] + [f"{out}/{name(task, 20, r)}" for r in SHUFFLES]
+        runs += [f"{out}/{name(task, 20, 0.0)}-untrained"] if task in CONTROL_TASKS else []
         rows.append(["kinject", "compare", f"{out}/finetune-{task}", *runs, "--baseline", f"{out}/finetune-{task}",
                      "--json"])
     return rows

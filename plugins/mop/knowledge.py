@@ -260,11 +260,12 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     before = base_digest(encoder)
     collator = KGCollator(tokenizer)
     stats: dict = {}
-    if train_features:
+    if train_features and cfg.training.max_steps != 0:
         stats = train(model, train_features, collator, cfg.training, ctx.work, cfg.seed + cfg.part, stage=ctx.name,
                       resume=ctx.resume)
     else:
-        log.warning("%s: partition %d has no training triples; its adapter stays untrained", ctx.name, cfg.part)
+        log.warning("%s: partition %d: %s; its adapter stays untrained", ctx.name, cfg.part,
+                    "no training triples" if train_features else "adapter_max_steps is 0")
     after = base_digest(encoder)
     if after != before:
         raise RuntimeError(f"{ctx.name}: adapter training changed base-model weights")

@@ -1,5 +1,6 @@
-"""Scoring a loaded fused model: the task's evaluation splits (as ``kinject.stages.evaluate_model`` does for a
-model it loads itself) and the per-example mixture weights of the last layer's [CLS]."""
+"""The per-example mixture weights of a fused model at the last layer's [CLS], and the analysis stage.
+(Evaluation is the shared ``evaluate`` stage: ``kinject.stages.load_task_model`` loads a MoP model through
+:meth:`MopStrategy.load_task_model`.)"""
 
 from __future__ import annotations
 
@@ -11,35 +12,10 @@ import numpy as np
 
 from kinject.distributed import is_main_process
 from kinject.interfaces import Environment, StageContext, Task
-from kinject.stages import EvaluateConfig
 
 from .stages import AnalysisConfig
 
 log = logging.getLogger("kinject")
-
-
-def score_splits(model, tokenizer, task: Task, env: Environment, batch_size: int, max_length: int, work: Path,
-                 splits: tuple[str, ...] | None = None) -> tuple[dict[str, dict], dict[str, list[dict]]]:
-    """(metrics, per-example prediction records) per split for an already loaded task model."""
-    from kinject.stages import plain
-    from kinject.training import predict
-
-    metrics: dict[str, dict] = {}
-    records: dict[str, list[dict]] = {}
-    for split in splits or task.eval_splits:
-        examples = task.examples(split, env)
-        features = task.featurize(tokenizer, examples, max_length, env)
-        logits = predict(model, features, task.collator(tokenizer), batch_size, work)
-        if len(logits) != len(features):
-            raise RuntimeError(f"{task.name} {split}: {len(logits)} predictions for {len(features)} examples")
-        metrics[split] = plain(task.score(split, examples, features, logits, env))
-        try:
-            records[split] = plain(task.predictions(split, examples, features, logits, env))
-        except NotImplementedError:
-            log.warning("%s: task writes no per-example predictions (kinject compare cannot pair it)", task.name)
-        log.info("%s %s: %s", task.name, split, ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                                         for k, v in metrics[split].items()))
-    return metrics, records
 
 
 def mixture_weights(model_dir: Path, task: Task, env: Environment, split: str, limit: int, max_length: int,
@@ -73,28 +49,7 @@ def mixture_weights(model_dir: Path, task: Task, env: Environment, split: str, l
     return layer, np.concatenate(chunks) if chunks else np.zeros((0, len(model.active_adapters.children))), ids
 
 
-# -- the stages: evaluation (the fused model loads through adapters, not plain from_pretrained), analysis --- #
-def evaluate_body(cfg: EvaluateConfig, ctx: StageContext) -> None:
-    from kinject.models import load_tokenizer
-    from kinject.stages import write_predictions
-
-    from .fusion import load_fused_model
-
-    task, env = cfg.task.build(), cfg.task.environment(ctx)
-    model_dir = ctx.inputs[cfg.model_stage] / "model"
-    model = load_fused_model(model_dir, task.head(env).kind, cfg.attn_implementation)
-    metrics, records = score_splits(model, load_tokenizer(str(model_dir)), task, env, cfg.batch_size, cfg.max_length,
-                                    ctx.work, tuple(cfg.splits) if cfg.splits else None)
-    train_stats = ctx.inputs[cfg.model_stage] / "train.json"
-    if train_stats.exists():
-        metrics["train"] = json.loads(train_stats.read_text())
-    ctx.hooks().kinject_metrics_logged(stage=ctx.name, metrics={f"{s}/{k}": v for s, m in metrics.items()
-                                                                for k, v in m.items() if s != "train"}, step=None)
-    if is_main_process():
-        (ctx.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-        write_predictions(records, ctx.out / "predictions")
-
-
+# -- the analysis stage ----------------------------------------------------------------------------------- #
 def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
     from .analysis import adapter_summary, mixture_summary, plot_adapters, plot_mixture, write_json
 

@@ -19,7 +19,7 @@ from kinject.interfaces import Stage, Strategy
 from .config import MopConfig
 from .fusion import fusion_body
 from .knowledge import adapter_body, partition_body
-from .scoring import analysis_body, evaluate_body
+from .scoring import analysis_body
 from .stages import PARTITION, AnalysisConfig, FusionConfig, KGSettings, PartAdapterConfig, PartitionConfig
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "adapters")
@@ -109,7 +109,7 @@ class MopStrategy(Strategy):
                                 model=model, task=run.task_ref(), training=run.spec.training.for_training(),
                                 seed=run.spec.seed, adapters=names, mixture=mixture, joint=cfg.finetune == "joint")))
         evaluate = evaluate_stage(run, "mop-finetune", name="mop-evaluate")
-        stages.append(dataclasses.replace(evaluate, body=evaluate_body, libraries=LIBRARIES))
+        stages.append(dataclasses.replace(evaluate, libraries=LIBRARIES, code=("kinject.plugins.mop.fusion",)))
         if cfg.analysis:
             splits = evaluate.config.splits or list(run.task.eval_splits)
             stages.append(Stage(name="mop-analysis", body=analysis_body, inputs=(*names, "mop-finetune"),

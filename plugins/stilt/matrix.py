@@ -120,7 +120,7 @@ def cell_spec(cell: Cell, base: dict[str, Any], sets: list[str]):
 
 
 def _spec_hash(spec) -> str:
-    from kinject.engine import stable_hash
+    from kinject.fingerprint import stable_hash
 
     return stable_hash(spec.model_dump(mode="json", exclude={"output", "cache_dir"}))  # what changes results
 

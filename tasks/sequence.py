@@ -58,6 +58,9 @@ class SequenceClassificationTask(Task):
     problem_type: ClassVar[str] = "single_label_classification"
     default_metrics: ClassVar[list[dict]] = [{"name": "accuracy"}, {"name": "f1", "options": {"average": "macro"}}]
     threshold: ClassVar[float] = 0.5  # multi-label decision threshold on sigmoid scores
+    #: regression: train on (y - mean) / std of the train split's targets and map predictions back, so a fresh
+    #: linear head starts near the target distribution instead of at 0 (BIOSSES scores are 0-4)
+    standardize_targets: ClassVar[bool] = True
 
     def labels(self, env: Environment) -> list[str]:
         """All label names, in a fixed order (the classifier's output order)."""
@@ -83,6 +86,17 @@ class SequenceClassificationTask(Task):
                     raise DataError(f"{ex.get('where', f'{split} example {i}')}: unknown label {unknown[0]!r} "
                                     f"(labels seen in the train split: {', '.join(sorted(known))})")
 
+    def target_scale(self, env: Environment) -> tuple[float, float]:
+        """(mean, std) of the train split's regression targets; (0, 1) when not standardising."""
+        if self.problem_type != "regression" or not self.standardize_targets:
+            return 0.0, 1.0
+        cached = getattr(self, "_target_scale", None)
+        if cached is None:
+            values = np.array([float(ex["label"]) for ex in self.examples(self.train_split, env)])
+            std = float(values.std()) if len(values) > 1 else 0.0
+            cached = self._target_scale = (float(values.mean()) if len(values) else 0.0, std if std > 0 else 1.0)
+        return cached
+
     def head(self, env: Environment) -> Head:
         labels = tuple(self.labels(env))
         n = 1 if self.problem_type == "regression" else len(labels)
@@ -98,6 +112,7 @@ class SequenceClassificationTask(Task):
 
     def featurize(self, tokenizer, examples: list[dict], max_length: int, env: Environment) -> list[dict]:
         index = {name: i for i, name in enumerate(self.labels(env))}
+        mean, std = self.target_scale(env)
         texts = [ex["text"] for ex in examples]
         pairs = [ex.get("text_pair") for ex in examples]
         encoded = tokenizer(texts, pairs if any(p is not None for p in pairs) else None, truncation=True,
@@ -111,7 +126,7 @@ class SequenceClassificationTask(Task):
                 raise DataError(f"{ex.get('where', ex.get('id', i))}: unknown label {unknown[0]!r} "
                                 f"(labels seen in the train split: {', '.join(index)})")
             if self.problem_type == "regression":
-                feat["labels"] = float(label)
+                feat["labels"] = (float(label) - mean) / std
             elif self.problem_type == "multi_label_classification":
                 hot = [0.0] * len(index)
                 for name in label:
@@ -131,7 +146,8 @@ class SequenceClassificationTask(Task):
         """Logits -> label names (lists for multi-label, floats for regression)."""
         labels = self.labels(env)
         if self.problem_type == "regression":
-            return [float(v) for v in np.asarray(predictions).reshape(-1)]
+            mean, std = self.target_scale(env)
+            return [float(v) * std + mean for v in np.asarray(predictions).reshape(-1)]
         if self.problem_type == "multi_label_classification":
             probs = 1 / (1 + np.exp(-predictions))
             return [[labels[j] for j in np.flatnonzero(row >= self.threshold)] for row in probs]

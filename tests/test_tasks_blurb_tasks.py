@@ -93,10 +93,15 @@ def test_biosses_regression_pearson_and_score_range(tmp_path, tiny_model):
     assert (head.num_labels, head.problem_type) == (1, "regression")
     examples = sim.examples("test", env)
     features = sim.featurize(load_tokenizer(tiny_model), examples, 64, env)
-    assert [f["labels"] for f in features] == [0.0, 1.0, 2.0, 3.0, 4.0]  # float targets, as read
+    # targets standardised by the train split's mean 2 and std sqrt(2), so a fresh head starts at the mean
+    assert np.allclose([f["labels"] for f in features], (np.arange(5) - 2.0) / np.sqrt(2.0))
     assert all(0 in f["token_type_ids"] and 1 in f["token_type_ids"] for f in features)  # both sentences encoded
-    out = sim.score("test", examples, features, np.array([[0.0], [1.1], [1.9], [3.2], [3.9]]), env)
+    assert np.allclose(sim.decode(np.array([[0.0], [np.sqrt(2.0)]]), env), [2.0, 4.0])  # back to 0-4
+    raw = (np.array([[0.0], [1.1], [1.9], [3.2], [3.9]]) - 2.0) / np.sqrt(2.0)
+    out = sim.score("test", examples, features, raw, env)
     assert out["pearson"] > 0.99
+    records = sim.predictions("test", examples, features, raw, env)
+    assert np.allclose([r["pred"] for r in records], [0.0, 1.1, 1.9, 3.2, 3.9]) and records[4]["gold"] == 4.0
     (tmp_path / "biosses" / "test.tsv").write_text(text.replace("\t4\n", "\t4.5\n"))
     with pytest.raises(DataError, match=r"test.tsv:6: score '4.5'"):
         task("biosses").validate(env)

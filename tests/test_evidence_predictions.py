@@ -88,7 +88,9 @@ def test_regression_records_floats(env):
     examples = task.examples("test", env)
     logits = RNG.normal(size=(20, 1))
     records = check(task, "test", examples, [], logits, env)
-    assert records[3] == {"id": "r3", "gold": 3.0, "pred": pytest.approx(float(logits[3, 0]))}
+    mean, std = task.target_scale(env)  # the head predicts standardised targets; records are in label units
+    assert (mean, std) == (2.0, pytest.approx(np.sqrt(2.0)))
+    assert records[3] == {"id": "r3", "gold": 3.0, "pred": pytest.approx(float(logits[3, 0]) * std + mean)}
 
 
 class ThreeClasses(SequenceClassificationTask):

@@ -40,7 +40,7 @@ def runs(tmp_path):
     capr = [{"id": f"q{i}", "gold": ["p0"], "ranking": ["p0", "p1"] if i % 2 else ["p1", "p0"], "scores": [1.0, 0.0],
              "pred": "p0" if i % 2 else "p1"} for i in range(10)]
     run = make_run(tmp_path / "capr", capr, task={"name": "capr", "dataset": "medquad"}, strategy="kimera",
-                   metrics={"test": {"recall@1": 0.5, "mrr": 0.75}}, labels=("irrelevant", "relevant"))
+                   metrics={"test": {"recall@1": 0.5, "mrr": 0.75, "queries": 10}}, labels=("irrelevant", "relevant"))
     _png(run / "plots" / "mask.png")
     _png(run / "model" / "ignored.png")  # not a plot of the run
     return tmp_path
@@ -64,6 +64,7 @@ def test_report_has_every_section_in_markdown_and_html(runs, tmp_path, capsys):
            "KIMERA hard-mask | MedQuAD | recall@1 | 71.94 |" in md
     assert f"| kinject: {runs / 'capr'} | tiny | kimera, 1 seed(s), test | recall@1 | 50.00 |" in md
     assert "HealthQA" not in md  # a jsonl-dataset figure does not match a medquad run
+    assert re.search(r"\| 1 \| 0.5000 \| 0.7500 \| 10 \|", md)  # a count stays an int, metrics keep 4 digits
     # plots: copied beside the Markdown, embedded in the HTML; the model folder's image is no plot
     assert (out / "images" / "000-mask.png").exists() and "](images/000-mask.png)" in md
     encoded = base64.b64encode((runs / "capr" / "plots" / "mask.png").read_bytes()).decode()

@@ -34,6 +34,8 @@ def _by_task(run_sets: list[RunSet]) -> dict[str, list[RunSet]]:
 
 
 def _mean_std(values: list[float], digits: int = 4) -> str:
+    if values and all(isinstance(v, int) for v in values) and len(set(values)) == 1:  # counts (queries): as ints
+        return str(values[0])
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
     return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
@@ -41,7 +43,7 @@ def _mean_std(values: list[float], digits: int = 4) -> str:
 
 def _seed_values(run_set: RunSet, split: str, metric: str) -> list[float]:
     values = [(run.metrics.get(split) or {}).get(metric) for run in run_set.runs.values()]
-    return [float(v) for v in values if isinstance(v, (int, float))]
+    return [v if isinstance(v, int) else float(v) for v in values if isinstance(v, (int, float))]
 
 
 def _runs_section(run_sets: list[RunSet]) -> list[Block]:

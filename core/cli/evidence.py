@@ -6,6 +6,7 @@ The work is done in :mod:`kinject.evidence`; user errors are KinjectErrors (one 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -15,7 +16,8 @@ from rich.console import Console
 
 __kinject_fingerprint__ = False  # the command line: no stage output depends on this module
 
-console = Console()
+# redirected to a file (or captured), rich would fold run paths into an 80-column table: keep rows whole
+console = Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=200)
 err_console = Console(stderr=True)
 
 

@@ -61,7 +61,9 @@ class TrainingSpec(StrictModel):
     eval_steps: int | None = Field(None, ge=1, description="Score the dev split every N steps during training and "
                                    "announce it (sweeps prune on it); does not change what is learned.",
                                    json_schema_extra=NOT_KEYED)
-    bf16: bool = Field(False, description="bfloat16 mixed precision (GPU).")
+    bf16: bool = Field(False, description="bfloat16 mixed precision (autocast) in training and evaluation, "
+                       "task heads scored in float32; on a GPU, or a CPU with AVX512-BF16/AMX (~1.5x training, "
+                       "~1.9x evaluation throughput on such a CPU; docs/benchmarks.md).")
     limit: int | None = Field(None, ge=1, description="Cap every split at N examples (smoke runs).")
     eval_splits: list[str] | None = Field(None, description="Splits the evaluate stage scores (default: the "
                                           "task's evaluation splits, e.g. dev and test).")

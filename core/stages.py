@@ -192,7 +192,7 @@ def finetune_stage(run, name: str = "finetune", init_from: str | None = None, ta
 
 # -- evaluation ------------------------------------------------------------------------------------- #
 def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: int, max_length: int, work: Path,
-                   splits: tuple[str, ...] | None = None, attn_implementation: str = "sdpa"
+                   splits: tuple[str, ...] | None = None, attn_implementation: str = "sdpa", bf16: bool = False
                    ) -> tuple[dict[str, dict[str, float]], dict[str, list[dict]]]:
     """Score a saved task model on a task's evaluation splits: (metrics, per-example predictions) per split."""
     from kinject.errors import KinjectError
@@ -210,7 +210,7 @@ def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: in
     for split in splits or task.eval_splits:
         examples = task.examples(split, env)
         features = task.featurize(tokenizer, examples, max_length, env)
-        logits = predict(model, features, task.collator(tokenizer), batch_size, work)
+        logits = predict(model, features, task.collator(tokenizer), batch_size, work, bf16=bf16)
         if len(logits) != len(features):  # e.g. a distributed sampler padding or dropping examples
             raise RuntimeError(f"{task.name} {split}: {len(logits)} predictions for {len(features)} examples")
         metrics[split] = plain(task.score(split, examples, features, logits, env))
@@ -239,6 +239,7 @@ class EvaluateConfig(StageConfig):
     max_length: int
     attn_implementation: str = "sdpa"
     splits: list[str] | None = None
+    bf16: bool = False
     batch_size: int = Field(64, json_schema_extra=NOT_KEYED)
 
 
@@ -246,7 +247,7 @@ def evaluate_body(cfg: EvaluateConfig, ctx: StageContext) -> None:
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     metrics, records = evaluate_model(ctx.inputs[cfg.model_stage] / "model", task, env, cfg.batch_size,
                                       cfg.max_length, ctx.work, tuple(cfg.splits) if cfg.splits else None,
-                                      cfg.attn_implementation)
+                                      cfg.attn_implementation, cfg.bf16)
     train_stats = ctx.inputs[cfg.model_stage] / "train.json"
     if train_stats.exists():
         metrics["train"] = json.loads(train_stats.read_text())
@@ -273,7 +274,8 @@ def evaluate_stage(run, model_stage: str = "finetune", name: str = "evaluate", t
                             f"(task {task.name!r} has: {', '.join(known)})")
     config = EvaluateConfig(task=run.task_ref(task), model_stage=model_stage, max_length=run.spec.model.max_length,
                             attn_implementation=run.spec.model.attn_implementation,
-                            splits=list(splits) if splits else None, batch_size=run.spec.training.eval_batch_size)
+                            splits=list(splits) if splits else None, bf16=run.spec.training.bf16,
+                            batch_size=run.spec.training.eval_batch_size)
     return Stage(name=name, body=evaluate_body, config=config, inputs=(model_stage,),
                  artifacts=("predictions",) if export else ())
 

@@ -109,7 +109,7 @@ def training_arguments(training: TrainingSpec, output_dir: Path, seed: int, **ov
         data_seed=seed,
         report_to=[],
         use_cpu=cpu,
-        bf16=training.bf16 and not cpu,
+        bf16=training.bf16,  # on a CPU: bfloat16 autocast (fast with AVX512-BF16 / AMX)
         dataloader_num_workers=0,
         disable_tqdm=os.environ.get("KINJECT_PROGRESS", "1") == "0",
         remove_unused_columns=True,
@@ -239,10 +239,12 @@ def _unsort(logits: np.ndarray, order: np.ndarray) -> np.ndarray:
     return out
 
 
-def predict(model, features: list[dict], collator: Callable, batch_size: int, work: Path) -> np.ndarray:
+def predict(model, features: list[dict], collator: Callable, batch_size: int, work: Path,
+            bf16: bool = False) -> np.ndarray:
     """Logits for ``features`` in their original order (gathered across processes under DDP).
 
     Examples are scored longest first with dynamic padding, so a batch pads only to its own longest row.
+    ``bf16``: bfloat16 autocast, the task head kept in float32 (:func:`float32_head`) so scores do not tie.
     """
     from transformers import Trainer, TrainingArguments
 
@@ -251,18 +253,21 @@ def predict(model, features: list[dict], collator: Callable, batch_size: int, wo
     order = _by_length(features)
     cpu = not _cuda()
     kwargs: dict[str, Any] = dict(output_dir=str(work), per_device_eval_batch_size=batch_size, report_to=[],
-                                  use_cpu=cpu, dataloader_num_workers=0, disable_tqdm=True)
+                                  use_cpu=cpu, dataloader_num_workers=0, disable_tqdm=True, bf16=bf16)
     if world_size() > 1 and cpu:
         kwargs["ddp_backend"] = "gloo"
     trainer = Trainer(model=model, args=TrainingArguments(**kwargs), data_collator=collator)
-    output = trainer.predict(to_dataset([features[i] for i in order]).remove_columns(["length"]))
+    with float32_head(model, bf16):
+        output = trainer.predict(to_dataset([features[i] for i in order]).remove_columns(["length"]))
     logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
     return _unsort(np.asarray(logits), order)
 
 
-def predict_here(model, features: list[dict], collator: Callable, batch_size: int) -> np.ndarray:
+def predict_here(model, features: list[dict], collator: Callable, batch_size: int, bf16: bool = False) -> np.ndarray:
     """Logits in this process only (no Trainer): for scoring during training. Token logits are padded with
     -100 to the longest row, as ``Trainer.predict`` pads them."""
+    import contextlib
+
     import torch
 
     order = _by_length(features)
@@ -270,7 +275,8 @@ def predict_here(model, features: list[dict], collator: Callable, batch_size: in
     was_training = model.training
     model.eval()
     chunks = []
-    with torch.inference_mode():
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    with torch.inference_mode(), autocast, float32_head(model, bf16):
         for lo in range(0, len(order), batch_size):
             batch = collator([{k: v for k, v in features[i].items() if k != "labels"} for i in order[lo:lo + batch_size]])
             batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
@@ -291,9 +297,36 @@ def dev_scorer(task, env, tokenizer, max_length: int, training: TrainingSpec) ->
 
     def score(model) -> dict[str, float]:
         return task.score(split, examples, features, predict_here(model, features, collator,
-                                                                  training.eval_batch_size), env)
+                                                                  training.eval_batch_size, training.bf16), env)
 
     return score
+
+
+class float32_head:
+    """Context: the task head (:data:`HEAD_MODULES`) runs in float32 even under bfloat16 autocast. A bf16 head
+    rounds logits to ~3 significant digits, which ties candidates that a ranking must order."""
+
+    def __init__(self, model, enabled: bool = True):
+        self.heads = [getattr(model, name) for name in HEAD_MODULES if enabled and hasattr(model, name)]
+
+    def __enter__(self):
+        import torch
+
+        for head in self.heads:
+            original = head.forward
+
+            def forward(*args, _original=original, **kwargs):
+                args = [a.float() if torch.is_tensor(a) and a.is_floating_point() else a for a in args]
+                with torch.autocast("cuda" if _cuda() else "cpu", enabled=False):
+                    return _original(*args, **kwargs)
+
+            head.forward = forward
+        return self
+
+    def __exit__(self, *exc):
+        for head in self.heads:
+            del head.forward  # back to the class's forward
+        return False
 
 
 def _cuda() -> bool:

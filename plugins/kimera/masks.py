@@ -162,3 +162,49 @@ def prune_by_mask(model: nn.Module, hard_mask: torch.Tensor) -> dict[int, list[i
     if plan:
         base.prune_heads(plan)
     return plan
+
+
+# -- controls for experiments ---------------------------------------------------------------------- #
+def redundant_heads(mask: torch.Tensor) -> set[tuple[int, int]]:
+    """(layer, head) of the heads a hard mask marks redundant (value < 0.5: retrained)."""
+    return {(int(layer), int(head)) for layer, head in (mask < 0.5).nonzero().tolist()}
+
+
+def random_hard_mask(hard: torch.Tensor, seed: int) -> torch.Tensor:
+    """A hard mask of the shape of ``hard`` with exactly as many redundant heads (0) as it has, chosen uniformly at
+    random (seeded) among all heads; every other head is 1 (frozen)."""
+    count = len(redundant_heads(hard))
+    chosen = torch.randperm(hard.numel(), generator=torch.Generator().manual_seed(seed))[:count]
+    out = torch.ones(hard.numel())
+    out[chosen] = 0.0
+    return out.view(hard.shape)
+
+
+def _jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0  # two empty sets are identical
+
+
+def redundant_overlap(mask_files: list, name: str = "hard") -> dict:
+    """How far masks agree: the sets of redundant heads of mask ``name`` in each masks.json (e.g. searched on
+    different scoring samples, ``strategy.score_seed``).
+
+    Returns ``counts`` (redundant heads per file), ``intersection`` / ``union`` sizes over all files, ``jaccard``
+    (|A ∩ B| / |A ∪ B| for every pair, keyed "i-j" by file position; 1.0 when both are empty) and
+    ``chance_jaccard`` per pair: E|A ∩ B| / E|A ∪ B| for sets of the same sizes drawn at random, the level two
+    unrelated masks reach.
+    """
+    masks = [load_mask(Path(path), name) for path in mask_files]
+    if len({tuple(m.shape) for m in masks}) > 1:
+        raise DataError(f"masks of different shapes: {', '.join(str(tuple(m.shape)) for m in masks)}", mask_files[0])
+    sets = [redundant_heads(m) for m in masks]
+    heads = masks[0].numel() if masks else 0
+    pairs, chance = {}, {}
+    for i in range(len(sets)):
+        for j in range(i + 1, len(sets)):
+            a, b = len(sets[i]), len(sets[j])
+            both = a * b / heads
+            pairs[f"{i}-{j}"] = _jaccard(sets[i], sets[j])
+            chance[f"{i}-{j}"] = both / (a + b - both) if a + b else 1.0
+    return {"files": [str(p) for p in mask_files], "heads": heads, "counts": [len(s) for s in sets],
+            "intersection": len(set.intersection(*sets)) if sets else 0,
+            "union": len(set.union(*sets)) if sets else 0, "jaccard": pairs, "chance_jaccard": chance}

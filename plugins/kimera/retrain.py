@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import random
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -117,20 +117,27 @@ class KGMultiTaskModel(nn.Module):
         scores = self.pool_score(hidden).masked_fill(mask == 0, torch.finfo(hidden.dtype).min)
         return (scores.softmax(1) * hidden).sum(1)
 
+    def encode(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                            token_type_ids=token_type_ids).last_hidden_state
+
+    def classify(self, kind: str, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Logits of the relation or triplet head for encoded rows (B, T, D)."""
+        head = self.relation_head if kind == "relation" else self.triplet_head
+        return head(self.pool(hidden, attention_mask))
+
     def forward(self, input_ids, attention_mask, labels, task, token_type_ids=None):
         kind = KG_TASKS[int(task.view(-1)[0])]
         if bool((task != task.view(-1)[0]).any()):
             raise ValueError("a KG batch must hold one task")
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
+        hidden = self.encode(input_ids, attention_mask, token_type_ids)
         if kind == "entity":
             where = labels != -100
             states = self.mlm_transform(hidden[where])
             logits = states @ self.encoder.get_input_embeddings().weight.t() + self.mlm_bias
             loss = F.cross_entropy(logits, labels[where])
         else:
-            head = self.relation_head if kind == "relation" else self.triplet_head
-            logits = head(self.pool(hidden, attention_mask))
+            logits = self.classify(kind, hidden, attention_mask)
             loss = F.cross_entropy(logits, labels.view(-1))
         return {"loss": self.alphas[kind] * loss, "logits": logits}
 
@@ -258,11 +265,13 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
             seed: int, mask: torch.Tensor | None = None, forward_mask: bool = False, other_params: str = "train",
             pooling: str = "cls", alphas: dict[str, float] | None = None, batches_of=None,
             resume: bool = False, task_sampling: str = "proportional",
-            mlm_head: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+            mlm_head: dict[str, torch.Tensor] | None = None,
+            heldout: Callable[[KGMultiTaskModel], dict] | None = None) -> dict[str, Any]:
     """Train ``encoder`` in place on the KG tasks; ``mask`` (L, H) scales each head's updates by 1 - m.
 
     ``training`` is a kinject TrainingSpec (max_steps/epochs, learning rate, batch size, decay);
-    ``mlm_head`` (:func:`pretrained_mlm_head`) initialises the entity head, else it starts random.
+    ``mlm_head`` (:func:`pretrained_mlm_head`) initialises the entity head, else it starts random;
+    ``heldout(model)``, called with the trained multi-task model, fills ``stats["heldout"]``.
     """
     from transformers import set_seed
 
@@ -312,4 +321,6 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
     stats["batches_per_epoch"] = float(len(sampler))
     stats["mlm_head"] = "pretrained" if mlm_head is not None else "random"
     stats.update({f"kg_rows_{n}": float(len(data.tasks[n])) for n in data.names})
+    if heldout is not None:
+        stats["heldout"] = heldout(model)
     return stats

@@ -2,7 +2,8 @@
 interval of a search round's metric against the unmasked round's.
 
 The scoring set is the task's ``score_split`` (default: its first evaluation split), whole or capped at
-``score_examples``; the search metric is measured on all of it. Head importance (forward+backward) is computed
+``score_examples`` (the first ones, or with ``score_seed`` a seeded random draw of whole groups); the search
+metric is measured on all of it. Head importance (forward+backward) is computed
 on its first ``importance_examples`` (None: all), the rest only runs forward, so the stop decision can rest on
 every query at a fraction of the cost. Retrieval tasks keep each query's candidates together in both caps.
 Batches are sorted by length (less padding; importance is a sum over examples, so the order does not change it)
@@ -12,6 +13,7 @@ and ``restore`` puts the logits back in the split's order before the task scores
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,10 +56,26 @@ def choose_examples(examples: list[dict], cap: int | None) -> list[dict]:
     return chosen
 
 
+def draw_examples(examples: list[dict], seed: int | None) -> list[dict]:
+    """``examples`` as they are (seed None), or their groups (retrieval queries with their candidates; an example
+    without a ``group`` is a group of its own) in a seeded random order, each group's examples together and in
+    their order: :func:`choose_examples` then takes a random sample of whole groups."""
+    if seed is None:
+        return list(examples)
+    groups: dict = {}
+    for i, ex in enumerate(examples):
+        group = ex.get("group")
+        groups.setdefault(("group", group) if group is not None else ("example", i), []).append(ex)
+    keys = list(groups)
+    random.Random(seed).shuffle(keys)
+    return [ex for key in keys for ex in groups[key]]
+
+
 def build_scoring_set(task, env, split: str, cap: int | None, tokenizer, max_length: int, batch_size: int,
-                      importance_cap: int | None = None) -> ScoringSet:
-    """The first ``cap`` examples of ``split`` (None: all); importance on the first ``importance_cap`` of them."""
-    chosen = choose_examples(task.examples(split, env), cap)
+                      importance_cap: int | None = None, seed: int | None = None) -> ScoringSet:
+    """The first ``cap`` examples of ``split`` (None: all; with ``seed``: of a seeded random order of its groups,
+    :func:`draw_examples`); importance on the first ``importance_cap`` of them."""
+    chosen = choose_examples(draw_examples(task.examples(split, env), seed), cap)
     first = choose_examples(chosen, importance_cap)
     features = task.featurize(tokenizer, first, max_length, env)  # featurized in two parts: where they split
     head = len(features)

@@ -6,6 +6,9 @@ import json
 import logging
 from typing import Literal
 
+from pydantic import Field
+
+from kinject.fingerprint import NOT_KEYED
 from kinject.interfaces import StageContext
 from kinject.refs import ModelRef, SourceRef, TaskRef
 from kinject.stages import StageConfig
@@ -24,6 +27,7 @@ class ScoringConfig(StageConfig):
     metric: str
     max_length: int
     attn: str = "sdpa"
+    seed: int | None = None  # None: the first `examples`; else a seeded random draw of whole groups
 
 
 class MaskConfig(StageConfig):
@@ -35,10 +39,25 @@ class MaskConfig(StageConfig):
     finetuned_model: ModelRef | None = None  # a given task model instead of the phase-1 input
 
 
+class RandomMaskConfig(StageConfig):
+    """The random control: the hard mask's count of redundant heads, placed with ``seed``."""
+
+    seed: int
+
+
+class GivenMaskConfig(StageConfig):
+    """A mask given by the user (strategy.mask_file): keyed by its values, not by where it came from."""
+
+    kind: Literal["hard", "soft"]
+    masks: dict[str, list[list[float]]]  # the kind's mask (+ the first-round importance, when the file has it)
+    path: str = Field(json_schema_extra=NOT_KEYED)
+
+
 class RetrainConfig(StageConfig):
     model: ModelRef
     seed: int
     mask: Literal["none", "hard", "soft"]
+    mask_stage: str | None = None  # the input stage whose masks.json holds the mask (None: mask none)
     forward_mask: bool
     from_scratch: bool
     source: SourceRef
@@ -59,6 +78,7 @@ class PrunedConfig(StageConfig):
 class AnalysisConfig(StageConfig):
     kind: Literal["hard", "soft"]
     scoring: ScoringConfig
+    mask_stage: str  # the input stage whose masks.json holds the mask and the first-round importance
 
 
 def task_model(path, head, attn: str):
@@ -72,7 +92,7 @@ def scoring_set(scoring: ScoringConfig, task, env, tokenizer):
     from .scoring import build_scoring_set
 
     return build_scoring_set(task, env, scoring.split, scoring.examples, tokenizer, scoring.max_length,
-                             scoring.batch_size, scoring.importance_examples)
+                             scoring.batch_size, scoring.importance_examples, scoring.seed)
 
 
 def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
@@ -114,14 +134,17 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
 
 
 def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
+    from functools import partial
+
     import torch
     from transformers import AutoConfig, AutoModel
 
     from kinject.distributed import is_main_process
-    from kinject.kg.data import KGDataConfig, build_kg_data, length_grouped_batches
+    from kinject.kg.data import length_grouped_batches
     from kinject.spec import TrainingSpec
     from kinject.stages import save_model
 
+    from .heldout import build_retraining_data, score_heldout
     from .masks import load_mask
     from .retrain import KG_TASKS, pretrained_mlm_head, retrain
 
@@ -139,9 +162,8 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     kg = cfg.kg
     alphas = dict(cfg.alphas)
     tasks = [t for t in KG_TASKS if alphas[t] > 0]
-    source = cfg.source.build()
-    data = build_kg_data(source, cfg.source.environment(ctx), tokenizer, KGDataConfig(
-        tasks=tasks, max_length=kg["kg_max_length"], max_triples=kg["kg_max_triples"], negatives_seed=cfg.seed))
+    data, held = build_retraining_data(cfg.source.build(), cfg.source.environment(ctx), tokenizer, kg, cfg.seed,
+                                       tasks)
     if len(data.relations) < 2 and "relation" in tasks:  # one relation: nothing to predict
         log.warning("kimera: the KG has %d relation type(s); relation prediction disabled", len(data.relations))
         alphas["relation"] = 0.0
@@ -149,20 +171,51 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     head_mask = None
     if cfg.mask != "none":
         shape = (encoder.config.num_hidden_layers, encoder.config.num_attention_heads)
-        head_mask = load_mask(ctx.inputs[f"kimera-mask-{cfg.mask}"] / "masks.json", cfg.mask, shape)
+        head_mask = load_mask(ctx.inputs[cfg.mask_stage] / "masks.json", cfg.mask, shape)
     steps = kg["kg_steps"]
     training = TrainingSpec(epochs=1, max_steps=steps, learning_rate=kg["kg_learning_rate"],
                             batch_size=kg["kg_batch_size"], weight_decay=cfg.weight_decay,
                             warmup_ratio=cfg.warmup_ratio, group_by_length=False, save_steps=max(steps // 2, 1),
                             logging_steps=max(steps // 10, 1), bf16=cfg.bf16)
+    scorer = None
+    if held is not None:
+        scorer = partial(score_heldout, heldout=held, train=data, tasks=tasks, tokenizer=tokenizer,
+                         batch_size=2 * kg["kg_batch_size"], seed=cfg.seed)
     stats = retrain(encoder, tokenizer, {t: getattr(data, t) for t in tasks}, len(data.relations), training,
                     ctx.work, cfg.seed, mask=head_mask, forward_mask=cfg.forward_mask, other_params=cfg.other_params,
                     pooling=cfg.pooling, alphas=alphas, batches_of=length_grouped_batches, resume=ctx.resume,
-                    task_sampling=cfg.task_sampling, mlm_head=mlm_head)
+                    task_sampling=cfg.task_sampling, mlm_head=mlm_head, heldout=scorer)
     stats["kg"] = data.stats
     if is_main_process():
         save_model(encoder, tokenizer, ctx.out / "model")
         (ctx.out / "retrain.json").write_text(json.dumps(stats, indent=2, default=str))
+
+
+def random_mask_body(cfg: RandomMaskConfig, ctx: StageContext) -> None:
+    """masks.json with a ``hard`` mask of as many redundant heads as the searched one, chosen at random (and the
+    searched mask's first-round ``importance``, for the analysis); random.json (exported into the run directory,
+    whose masks.json is the searched mask): the random mask, counts and overlap with the searched mask."""
+    from .masks import load_mask, random_hard_mask, redundant_heads, save_masks
+
+    searched_file = ctx.inputs["kimera-mask-hard"] / "masks.json"
+    searched = load_mask(searched_file, "hard")
+    mask = random_hard_mask(searched, cfg.seed)
+    tables = json.loads(searched_file.read_text())
+    save_masks(ctx.out / "masks.json", hard=mask, **{k: v for k, v in tables.items() if k == "importance"})
+    ours, theirs = redundant_heads(mask), redundant_heads(searched)
+    summary = {"seed": cfg.seed, "heads": int(mask.numel()), "redundant": len(ours),
+               "searched_redundant": len(theirs), "shared_with_searched": len(ours & theirs), "hard": mask.tolist()}
+    (ctx.out / "random.json").write_text(json.dumps(summary, indent=2))
+    log.info("kimera random mask (seed %d): %d of %d heads redundant, %d of them also in the searched mask",
+             cfg.seed, len(ours), mask.numel(), len(ours & theirs))
+
+
+def given_mask_body(cfg: GivenMaskConfig, ctx: StageContext) -> None:
+    """The mask of strategy.mask_file as this run's masks.json (checked when the run was prepared)."""
+    from .masks import save_masks
+
+    save_masks(ctx.out / "masks.json", **cfg.masks)
+    log.info("kimera: %s mask from %s", cfg.kind, cfg.path)
 
 
 def pruned_body(cfg: PrunedConfig, ctx: StageContext) -> None:
@@ -191,7 +244,7 @@ def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
     head = task.head(env)
     model = task_model(model_dir, head, scoring.attn)
     raw, _ = score_heads(model, scoring_set(scoring, task, env, tokenizer).batches, head.problem_type)
-    masks_file = ctx.inputs[f"kimera-mask-{cfg.kind}"] / "masks.json"
+    masks_file = ctx.inputs[cfg.mask_stage] / "masks.json"
     mask = load_mask(masks_file, cfg.kind)
     before = load_mask(masks_file, "importance", tuple(mask.shape))
     write_analysis(ctx.out, mask, before, normalize_importance(raw), cfg.kind)

@@ -16,7 +16,14 @@ Budgets (the baselines' budgets from docs/results.md, same for `finetune` and Mo
 lr 1e-4, max_length 128, test split only; HoC 1,500 steps (300 leave every sigmoid below 0.5: F1 0); CAPR
 500 training queries x 2 pairs, 2 epochs, 100 test queries x 20 candidates.
 
+What was run on the 2-core CPU (`--cpu`, docs/results.md "MoP: does it work?"): NCBI-disease at the task's
+recommended settings (`kinject info ncbi-disease`), bfloat16 autocast, seeds 42-44, K=4 over a 100,000-triple
+sample of the HPO graph (adapters 1 epoch, lr 1e-3), against `finetune`, with two controls paired on the same
+seeds: the same fusion with untrained adapters (`adapter_max_steps=0`: capacity without knowledge) and the
+paper's shuffle control at R=1 (the same adapter training on random parts).
+
 Usage:
+  python benchmarks/experiments/mop.py --cpu [--run]    # the CPU experiment above
   python benchmarks/experiments/mop.py                  # print the grid's commands
   python benchmarks/experiments/mop.py --run            # run them one after another
   python benchmarks/experiments/mop.py --compare        # print the `kinject compare` commands of the grid
@@ -102,14 +109,32 @@ def pilot(out: str) -> list[list[str]]:
         "--set", "training.eval_splits=null"))]
 
 
+KG_SAMPLE = ["--set", "strategy.kg_max_triples=100000"]
+
+
+def cpu(out: str) -> list[list[str]]:
+    """NCBI-disease, K=4 over 100k HPO triples vs finetune, untrained-adapter and R=1 shuffle controls, 3 seeds."""
+    base = ["--model", "minilm", "--seed", "42", "--repeats", "3", "--task", "ncbi-disease", "--set", "training.bf16=true"]
+    mop = ["kinject", "run", "mop", *base, *KNOWLEDGE, *KG_SAMPLE, "--set", "strategy.partitions=4"]
+    return [["kinject", "run", "finetune", *base, "-o", f"{out}/finetune-ncbi-disease"],
+            [*mop, "--set", "strategy.shuffle=0.0", "-o", f"{out}/mop-ncbi-disease-k4"],
+            [*mop, "--set", "strategy.shuffle=0.0", "--set", "strategy.adapter_max_steps=0",
+             "-o", f"{out}/mop-ncbi-disease-k4-untrained"],
+            [*mop, "--set", "strategy.shuffle=1.0", "-o", f"{out}/mop-ncbi-disease-k4-r1"],
+            ["kinject", "compare", f"{out}/finetune-ncbi-disease", f"{out}/mop-ncbi-disease-k4",
+             f"{out}/mop-ncbi-disease-k4-untrained", f"{out}/mop-ncbi-disease-k4-r1"]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", action="store_true", help="execute the commands (default: print them)")
     parser.add_argument("--pilot", action="store_true", help="only the pilot cell")
     parser.add_argument("--compare", action="store_true", help="the `kinject compare` commands of the grid")
+    parser.add_argument("--cpu", action="store_true", help="the experiment run on the 2-core CPU")
     parser.add_argument("--out", default="runs/mop-exp", help="parent folder of the run directories")
     args = parser.parse_args()
-    commands = compare_commands(args.out) if args.compare else pilot(args.out) if args.pilot else grid(args.out)
+    commands = (cpu(args.out) if args.cpu else compare_commands(args.out) if args.compare else
+                pilot(args.out) if args.pilot else grid(args.out))
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     for cmd in commands:
         print(shlex.join(cmd), flush=True)

@@ -31,7 +31,7 @@ from kinject.planning import (CONTRACT, PlannedStage, explain_miss, plan, record
                               run_stage, run_stages, stage_record)
 from kinject.registry import registry
 from kinject.results import summarize_seeds
-from kinject.spec import RunSpec, default_cache_dir, default_data_dir, validate_plugin_config
+from kinject.spec import RunSpec, default_cache_dir, default_data_dir, resolve_precision, validate_plugin_config
 
 __kinject_fingerprint__ = False  # orchestration: what it does to a stage is covered by planning.CONTRACT
 
@@ -147,6 +147,7 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
         from kinject.spec import apply_recommended
 
         spec, applied = apply_recommended(spec, type(task).recommended)
+    spec = resolve_precision(spec)
     env = make_environment(spec)
     model_path = _resolve_model(spec, env)
     run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,

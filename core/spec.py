@@ -61,9 +61,11 @@ class TrainingSpec(StrictModel):
     eval_steps: int | None = Field(None, ge=1, description="Score the dev split every N steps during training and "
                                    "announce it (sweeps prune on it); does not change what is learned.",
                                    json_schema_extra=NOT_KEYED)
-    bf16: bool = Field(False, description="bfloat16 mixed precision (autocast) in training and evaluation, "
-                       "task heads scored in float32; on a GPU, or a CPU with AVX512-BF16/AMX (~1.5x training, "
-                       "~1.9x evaluation throughput on such a CPU; docs/benchmarks.md).")
+    bf16: bool | None = Field(None, description="bfloat16 mixed precision (autocast) in training and evaluation, "
+                              "task heads scored in float32. Unset: on where the device computes bfloat16 "
+                              "natively (a GPU with bf16, a CPU with AVX512-BF16 or AMX: ~1.2-1.5x training, "
+                              "~1.3-1.9x evaluation; docs/benchmarks.md), off elsewhere; run.json records the "
+                              "value used, and stage keys hold it.")
     limit: int | None = Field(None, ge=1, description="Cap every split at N examples (smoke runs).")
     eval_splits: list[str] | None = Field(None, description="Splits the evaluate stage scores (default: the "
                                           "task's evaluation splits, e.g. dev and test).")
@@ -72,6 +74,18 @@ class TrainingSpec(StrictModel):
         """These settings as a training stage holds them: ``limit`` lives in the task reference and
         ``eval_splits`` belongs to evaluation, so neither reaches (or keys) a training stage."""
         return self.model_copy(update={"limit": None, "eval_splits": None})
+
+
+def resolve_precision(spec: "RunSpec") -> "RunSpec":
+    """``spec`` with ``training.bf16`` decided when unset (:func:`kinject.training.native_bf16`), so that every
+    stage key holds the precision actually used."""
+    if spec.training.bf16 is not None:
+        return spec
+    from kinject.training import native_bf16
+
+    training = spec.training.model_copy(update={"bf16": native_bf16()})
+    training.__pydantic_fields_set__ = set(spec.training.model_fields_set)
+    return spec.model_copy(update={"training": training})
 
 
 def apply_recommended(spec: "RunSpec", recommended: dict[str, dict[str, Any]]) -> tuple["RunSpec", dict[str, Any]]:

@@ -274,7 +274,7 @@ def evaluate_stage(run, model_stage: str = "finetune", name: str = "evaluate", t
                             f"(task {task.name!r} has: {', '.join(known)})")
     config = EvaluateConfig(task=run.task_ref(task), model_stage=model_stage, max_length=run.spec.model.max_length,
                             attn_implementation=run.spec.model.attn_implementation,
-                            splits=list(splits) if splits else None, bf16=run.spec.training.bf16,
+                            splits=list(splits) if splits else None, bf16=bool(run.spec.training.bf16),
                             batch_size=run.spec.training.eval_batch_size)
     return Stage(name=name, body=evaluate_body, config=config, inputs=(model_stage,),
                  artifacts=("predictions",) if export else ())

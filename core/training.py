@@ -109,7 +109,7 @@ def training_arguments(training: TrainingSpec, output_dir: Path, seed: int, **ov
         data_seed=seed,
         report_to=[],
         use_cpu=cpu,
-        bf16=training.bf16,  # on a CPU: bfloat16 autocast (fast with AVX512-BF16 / AMX)
+        bf16=bool(training.bf16),  # on a CPU: bfloat16 autocast (fast with AVX512-BF16 / AMX)
         dataloader_num_workers=0,
         disable_tqdm=os.environ.get("KINJECT_PROGRESS", "1") == "0",
         remove_unused_columns=True,
@@ -119,6 +119,7 @@ def training_arguments(training: TrainingSpec, output_dir: Path, seed: int, **ov
     if distributed:
         kwargs["ddp_find_unused_parameters"] = False
     kwargs.update(overrides)
+    _reset_precision(bool(kwargs["bf16"]))
     return TrainingArguments(**kwargs)
 
 
@@ -256,7 +257,9 @@ def predict(model, features: list[dict], collator: Callable, batch_size: int, wo
                                   use_cpu=cpu, dataloader_num_workers=0, disable_tqdm=True, bf16=bf16)
     if world_size() > 1 and cpu:
         kwargs["ddp_backend"] = "gloo"
-    trainer = Trainer(model=model, args=TrainingArguments(**kwargs), data_collator=collator)
+    _reset_precision(bf16)
+    args = TrainingArguments(**kwargs)
+    trainer = Trainer(model=model, args=args, data_collator=collator)
     with float32_head(model, bf16):
         output = trainer.predict(to_dataset([features[i] for i in order]).remove_columns(["length"]))
     logits = output.predictions[0] if isinstance(output.predictions, tuple) else output.predictions
@@ -297,9 +300,38 @@ def dev_scorer(task, env, tokenizer, max_length: int, training: TrainingSpec) ->
 
     def score(model) -> dict[str, float]:
         return task.score(split, examples, features, predict_here(model, features, collator,
-                                                                  training.eval_batch_size, training.bf16), env)
+                                                                  training.eval_batch_size, bool(training.bf16)), env)
 
     return score
+
+
+def _reset_precision(bf16: bool) -> None:
+    """Call before making TrainingArguments. Mixed precision outlives the Trainer that set it: TrainingArguments
+    writes it into ``ACCELERATE_MIXED_PRECISION`` and never clears it, and accelerate keeps one process-wide
+    AcceleratorState, so a float32 Trainer made after a bf16 one in the same process would still autocast."""
+    from accelerate.state import AcceleratorState
+
+    wanted = "bf16" if bf16 else "no"
+    if os.environ.get("ACCELERATE_MIXED_PRECISION", "no") in ("no", "bf16"):  # leave fp16/fp8 users' setting
+        os.environ["ACCELERATE_MIXED_PRECISION"] = wanted
+    state = AcceleratorState._shared_state
+    if state and str(state.get("_mixed_precision", "no")) != wanted:
+        AcceleratorState._reset_state()
+
+
+def native_bf16() -> bool:
+    """Whether this machine computes bfloat16 natively: a CUDA GPU that supports it, else a CPU with the
+    AVX512-BF16 or AMX-BF16 instructions (Linux: /proc/cpuinfo). Elsewhere bf16 autocast is slower than float32."""
+    import torch
+
+    if torch.cuda.is_available():
+        return bool(torch.cuda.is_bf16_supported())
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line for line in handle if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 class float32_head:

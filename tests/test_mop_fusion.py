@@ -206,7 +206,7 @@ def test_kinject_eval_scores_a_saved_mop_model_like_its_own_loader(tiny_model, a
                 p.add_(torch.randn_like(p))
     save_fused_model(model, tokenizer, tmp_path / "model", fuse, mix)
     assert run_kinject("eval", str(tmp_path / "model"), "--task", "textcls", "--set", f"task.path={textcls_dir}",
-                       "--set", "model.max_length=32", "-o", str(tmp_path / "eval")) == 0
+                       "--set", "model.max_length=32", "--set", "training.bf16=false", "-o", str(tmp_path / "eval")) == 0
     task = registry("tasks").get("textcls")(path=str(textcls_dir))
     env = Environment(tmp_path, tmp_path / "cache")
     examples = task.examples("test", env)

@@ -46,8 +46,10 @@ def finished(tmp_path, textcls_dir, tiny_model):
 def test_every_field_a_body_reads_is_in_its_key(finished, tmp_path):
     spec, _ = finished
     # fields each stage body reads: changing one re-runs that stage and what follows
+    from kinject.training import native_bf16
+
     for path, value in (("training.learning_rate", 1e-3), ("training.warmup_ratio", 0.0),
-                        ("training.bf16", True), ("model.max_length", 32), ("seed", 7)):
+                        ("training.bf16", not native_bf16()), ("model.max_length", 32), ("seed", 7)):
         changed = json.loads(json.dumps(spec))
         node = changed
         *parents, last = path.split(".")
@@ -62,6 +64,10 @@ def test_every_field_a_body_reads_is_in_its_key(finished, tmp_path):
     changed["training"]["limit"] = 10
     plan = planned(changed)
     assert not plan["finetune"].cached and not plan["evaluate"].cached
+    # an unset bf16 is resolved before keys are made: the same keys as the machine's value written out
+    explicit = json.loads(json.dumps(spec))
+    explicit["training"]["bf16"] = native_bf16()
+    assert all(p.cached for p in planned(explicit).values())
     # a field no output depends on is a hit
     quiet = json.loads(json.dumps(spec))
     quiet["training"].update(eval_batch_size=3, logging_steps=1, save_steps=2, eval_steps=None)

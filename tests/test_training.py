@@ -69,3 +69,31 @@ def test_bf16_prediction_keeps_the_head_in_float32_and_stays_close(tiny_model, t
             model(**batch)
     assert seen == [(torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32)]  # cast inside the head
     assert "forward" not in vars(model.classifier)  # the class's forward is back
+
+
+def test_a_float32_trainer_after_a_bf16_one_does_not_autocast(tiny_model, tmp_path, monkeypatch):
+    """TrainingArguments leaves ACCELERATE_MIXED_PRECISION=bf16 behind and accelerate keeps its state per process:
+    a float32 prediction made after a bf16 one (kinject eval, --repeats, a sweep) must still be float32."""
+    import copy
+
+    import numpy as np
+    from accelerate.state import AcceleratorState
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+
+    from kinject.training import predict
+
+    AcceleratorState._reset_state()  # as in a fresh process whose first Trainer is a bf16 one
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=2).eval()
+    with torch.no_grad():
+        model.classifier.weight.mul_(50)  # logits large enough that bf16 rounding shows
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    features = [dict(tokenizer(text)) for text in ("fever and rash", "a short one", "seizures")]
+    collator = DataCollatorWithPadding(tokenizer)
+    fresh = copy.deepcopy(model)  # a model the bf16 Trainer never saw
+    with torch.no_grad():
+        reference = model(**collator(features)).logits.numpy()
+    half = predict(model, features, collator, batch_size=3, work=tmp_path / "b", bf16=True)
+    after = predict(fresh, features, collator, batch_size=3, work=tmp_path / "c")
+    assert not np.allclose(half, reference, atol=1e-4)  # bf16 did run
+    assert np.allclose(after, reference, atol=1e-5)

@@ -223,11 +223,12 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
         raise KinjectError(f"{model_dir}: not a model directory (no config.json)")
     spec = _spec_from_cli("finetune", task, str(model_dir), None, sets, None, None, limit, data_dir, None)
     run_ctx = engine.prepare(spec)
+    spec = run_ctx.spec  # with the task's recommended settings (e.g. max_length) and the resolved precision
     with tempfile.TemporaryDirectory() as work:
         metrics, records = evaluate_model(model_dir, run_ctx.task, run_ctx.env, spec.training.eval_batch_size,
                                           spec.model.max_length, Path(work),
                                           tuple(spec.training.eval_splits) if spec.training.eval_splits else None,
-                                          spec.model.attn_implementation)
+                                          spec.model.attn_implementation, bool(spec.training.bf16))
     if output:
         output.mkdir(parents=True, exist_ok=True)
         (output / "metrics.json").write_text(json.dumps(metrics, indent=2))

@@ -83,10 +83,11 @@ def run(strategy: str, evaluation: str, model: str, pilot: bool, settings: dict,
             *flags({**task, **training, **settings}, pilot), "-o", out]
 
 
-def grid(out: str, pilot: bool, model: str = "minilm") -> list[list[str]]:
+def grid(out: str, pilot: bool, model: str = "minilm", evaluations: tuple[str, ...] = tuple(EVALUATIONS)
+         ) -> list[list[str]]:
     repeats = ["--seed", "42", "--repeats", "2" if pilot else "5"]
     terms = f"{out}/hpo-test-terms.txt"
-    commands = [run("finetune", e, model, pilot, {}, f"{out}/finetune-{e}") + repeats for e in EVALUATIONS]
+    commands = [run("finetune", e, model, pilot, {}, f"{out}/finetune-{e}") + repeats for e in evaluations]
     commands.append(["python", SCRIPT, "terms", terms, *(["--limit", str(PILOT_LIMIT)] if pilot else [])])
     masks = [f"{out}/mask-s{s}/masks.json" for s in SCORE_SEEDS]
     for seed, masks_json in zip(SCORE_SEEDS, masks):
@@ -94,13 +95,13 @@ def grid(out: str, pilot: bool, model: str = "minilm") -> list[list[str]]:
         commands.append(run("kimera", "hpo", model, pilot, search, str(Path(masks_json).parent)) + ["--seed", "42"])
     commands.append(["python", SCRIPT, "overlap", *masks])
     kg = {**KG, **SUBGRAPH, "sources.0.around": terms}
-    for evaluation in EVALUATIONS:
+    for evaluation in evaluations:
         for arm, settings in ARMS.items():
             given = {"strategy.mask_file": masks[0]} if settings["strategy.variant"] != "no-mask" else {}
             commands.append(run("kimera", evaluation, model, pilot, {**settings, **given, **kg},
                                 f"{out}/kimera-{evaluation}-{arm}") + repeats)
     commands.append(["python", SCRIPT, "heldout", *(f"{out}/kimera-hpo-{arm}" for arm in ARMS)])
-    for evaluation in EVALUATIONS:
+    for evaluation in evaluations:
         baseline = f"{out}/finetune-{evaluation}"
         commands.append(["kinject", "compare", baseline, *(f"{out}/kimera-{evaluation}-{arm}" for arm in ARMS),
                          "--baseline", baseline, "--metric", "recall@1", "--metric", "mrr"])
@@ -163,9 +164,12 @@ if __name__ == "__main__":
         sys.exit(0)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--model", default="minilm", help="the model of every run (the pilot: tiny is quickest)")
+    pre.add_argument("--evaluations", default="hpo,medquad",
+                     help="comma-separated: hpo (a), medquad (b); the CPU run in docs/results.md did hpo only")
     known, rest = pre.parse_known_args()
     sys.argv = [sys.argv[0], *rest]
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from runner import main
 
-    main(__doc__, lambda out, pilot: grid(out, pilot, known.model), "runs/kimera-exp")
+    main(__doc__, lambda out, pilot: grid(out, pilot, known.model, tuple(known.evaluations.split(","))),
+         "runs/kimera-exp")

@@ -67,6 +67,11 @@ class ConllNERTask(CatalogueSplits, TokenClassificationTask):
 
     kind: ClassVar[str] = "ner"
     default_type: ClassVar[str] = "ENT"  # type given to untyped B/I tags
+    recommended: ClassVar[dict] = {"training": {"epochs": 2, "learning_rate": 2e-4, "head_learning_rate": 1e-4}}
+    recommended_note: ClassVar[str] = (
+        "swept on NCBI-disease dev entity F1 (docs/tasks.md), used for every CoNLL NER set: kinject sweep finetune "
+        "--task ncbi-disease --trials 5 over epochs {1,2} x lr {5e-5,1e-4,2e-4} x head lr {1e-4,1e-3,1e-2}: 0.815 "
+        "here, 0.796-0.799 at lr 1e-4, 0.773 at 5e-5, 0.712 with 1 epoch at 5e-5")
 
     def read_split(self, path: Path, split: str) -> list[dict]:
         return [{"id": f"{split}-{i}", "words": s["words"], "tags": s["tags"], "where": f"{path}:{s['line']}",

@@ -14,7 +14,14 @@ and the student fine-tuning (the minilm baselines in docs/results.md left the ma
 5e-5 for distillation (not tuned); epochs per task below. The pilot (`--pilot`) is one ChemProt cell at a
 smaller limit. Costs and the pilot's numbers: docs/results.md, "DoKTra".
 
+What was run on the 2-core CPU (`--cpu`; docs/results.md "DoKTra: does it work?"): HoC only, at its
+recommended settings (1 epoch, lr 1e-4, head lr 2e-2) for the teacher and the student fine-tuning, the paper's
+HoC betas (beta1 = beta2 = 0), student = minilm's first 3 layers, distillation 2 epochs at lr 5e-5 (gamma 0.9:
+1 epoch of ABD, 1 of refinement), seeds 42-44 (`--repeats 3`); variants doktra and kd, plus the student-ft runs
+(the same stages as inside them, cached) so that `kinject compare` can pair all three.
+
 Usage:
+  python benchmarks/experiments/doktra.py --cpu [--run]   # the CPU experiment above
   python benchmarks/experiments/doktra.py                 # print the grid's commands
   python benchmarks/experiments/doktra.py --run           # run them one after another
   python benchmarks/experiments/doktra.py --pilot --run   # the pilot cell (ChemProt, seed 42, --limit 1000)
@@ -22,6 +29,9 @@ Environment: HF_HUB_OFFLINE=1, KINJECT_DATA_DIR (../shared/data), KINJECT_CACHE_
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 from runner import main
 
@@ -48,7 +58,19 @@ def command(task: str, student: str, variant: str, seed: int, limit: int, epochs
             "-o", f"{out}/doktra-{task}-{student}-{variant}-s{seed}"]
 
 
+def cpu(out: str) -> list[list[str]]:
+    """HoC, 3 seeds: student-ft vs DoKTra vs KD, paired (see the module docstring)."""
+    base = ["kinject", "run", "doktra", "--task", "hoc", *STUDENTS["minilm3"], "--seed", "42", "--repeats", "3",
+            "--set", "strategy.teacher=minilm", "--set", "strategy.beta1=0", "--set", "strategy.beta2=0",
+            "--set", "strategy.distill_training.epochs=2", "--set", "strategy.distill_training.learning_rate=5e-5"]
+    runs = {v: f"{out}/doktra-hoc-{v}" for v in ("doktra", "kd", "student-ft")}
+    return [[*base, "--set", f"strategy.variant={v}", "-o", path] for v, path in runs.items()] + \
+        [["kinject", "compare", runs["student-ft"], runs["doktra"], runs["kd"]]]
+
+
 def grid(out: str, pilot: bool) -> list[list[str]]:
+    if os.environ.get("KINJECT_EXPERIMENT") == "cpu":
+        return cpu(out)
     if pilot:
         return [command("chemprot", "minilm3", v, 42, 1000, 4, 0.3, 0.5, out) for v in VARIANTS]
     return [command(task, student, variant, seed, *TASKS[task], out)
@@ -56,4 +78,7 @@ def grid(out: str, pilot: bool) -> list[list[str]]:
 
 
 if __name__ == "__main__":
+    if "--cpu" in sys.argv:
+        sys.argv.remove("--cpu")
+        os.environ["KINJECT_EXPERIMENT"] = "cpu"
     main(__doc__, grid, "runs/doktra-exp")

@@ -53,12 +53,14 @@ FINETUNE = {"ncbi-disease": ["--set", "training.max_steps=300"], "bc5chem": ["--
 COMMON = ["--set", "training.learning_rate=1e-4", "--set", "training.eval_splits=[test]"]
 
 
-CPU_CONTINUAL = ["--model", "minilm", "--set", "strategy.max_length=128", "--set", "strategy.mlm_steps=1000",
-                 "--set", "strategy.mlm_batch_size=32", "--set", "strategy.mlm_learning_rate=1e-4",
-                 "--set", "strategy.head_steps=500"]
-CPU_HEAD_ONLY = ["--model", "minilm", "--set", "strategy.max_length=128", "--set", "strategy.mlm_steps=1",
-                 "--set", "strategy.mlm_batch_size=32", "--set", "strategy.mlm_learning_rate=1e-4",
-                 "--set", "strategy.head_steps=1500"]
+def cpu_continual(mlm_steps: int, head_steps: int) -> list[str]:
+    return ["--model", "minilm", "--set", "strategy.max_length=128", "--set", f"strategy.mlm_steps={mlm_steps}",
+            "--set", "strategy.mlm_batch_size=32", "--set", "strategy.mlm_learning_rate=1e-4",
+            "--set", f"strategy.head_steps={head_steps}"]
+
+
+CPU_CONTINUAL = cpu_continual(1000, 500)
+CPU_HEAD_ONLY = cpu_continual(1, 1500)  # the same 1,500 steps, all of them on the head
 CPU_SCRATCH = ["--model", "minilm", "--set", "strategy.init=scratch", "--set", "strategy.max_length=128",
                "--set", "strategy.scratch.layers=2", "--set", "strategy.scratch.hidden=128",
                "--set", "strategy.scratch.heads=2", "--set", "strategy.mlm_steps=1000",

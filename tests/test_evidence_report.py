@@ -133,3 +133,17 @@ def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
     assert new.startswith("intro prose\n<!-- generated:demo -->\n") and new.endswith("<!-- /generated:demo -->\nmore prose\n")
     assert "stale numbers" not in new and "| better | 2 |" in new
     assert subprocess.run([*cmd, "--check"]).returncode == 0  # up to date after
+
+
+def test_metrics_markdown_tables_nested_values_per_seed(tmp_path):
+    from kinject.evidence.report import metrics_markdown
+
+    for seed, value in ((1, 0.5), (2, 0.7)):
+        make_run(tmp_path / "a" / f"seed-{seed}", classification_records(4, 2), seed=seed,
+                 metrics={"test": {"teacher/f1": value, "ece": {"student": value / 10}}, "comparison": {"n": 4}})
+    text = metrics_markdown([str(tmp_path / "a")], "test", ["teacher/f1", "ece/student", "missing"], root=tmp_path)
+    row = [c.strip() for c in text.splitlines()[2].strip("|").split("|")]
+    assert row[:2] == ["a", "2"] and row[2] == "0.6000 ± 0.1414 (0.500, 0.700)"
+    assert row[3].startswith("0.0600 ± ") and row[4] == "-"
+    top = metrics_markdown([str(tmp_path / "a")], None, ["comparison/n"])
+    assert "| 4 (4.000, 4.000) |" in top  # a count: shown whole, then per seed

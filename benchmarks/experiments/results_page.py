@@ -9,7 +9,8 @@ Usage:
   python benchmarks/experiments/results_page.py --runs /path/to/runs --only mop-ncbi
   python benchmarks/experiments/results_page.py --runs /path/to/runs --check    # exit 1 if the page is stale
 docs/results.yaml: ``blocks: {NAME: {runs: [paths relative to --runs, baseline first], split: test,
-metrics: [entity_f1], resamples: 2000}}``.
+metrics: [entity_f1], resamples: 2000}}``; ``kind: metrics`` makes a plain table of metrics.json values per run
+(mean ± std over seeds, per-seed values) instead of a comparison.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def render(name: str, block: dict, runs: Path) -> str:
-    from kinject.evidence.report import comparison_markdown
+    """A ``comparison`` block (default: paired comparison to the first run) or a ``metrics`` block (a table of
+    metrics.json values per run; ``split: null`` reads top-level entries such as ``comparison``)."""
+    from kinject.evidence.report import comparison_markdown, metrics_markdown
 
     paths = [str(runs / p) for p in block["runs"]]
+    if block.get("kind") == "metrics":
+        return metrics_markdown(paths, block.get("split", "test"), block["metrics"], root=runs)
     return comparison_markdown(paths, block.get("split", "test"), block.get("metrics"),
                                n_resamples=int(block.get("resamples", 2000)), seed=int(block.get("seed", 0)),
                                root=runs)

@@ -222,3 +222,32 @@ def comparison_markdown(arguments: list[str], split: str = "test", metrics: list
                         f"(seed {seed})."), TableBlock(headers, rows)]
     blocks += [Para("Warning: " + w) for w in result["warnings"]]
     return to_markdown(blocks)
+
+
+def _lookup(node: Any, key: str) -> Any:
+    """``node[key]``, else the nested ``node[a][b]`` for key ``a/b``; None when absent."""
+    if isinstance(node, dict) and key in node:
+        return node[key]
+    for part in key.split("/"):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def metrics_markdown(arguments: list[str], split: str, metrics: list[str], root: Path | None = None) -> str:
+    """A Markdown table of ``metrics`` (keys of each run's metrics.json under ``split``; ``a/b`` reaches into
+    nested entries) per run: mean ± sample std over its seeds and the per-seed values."""
+    run_sets = find_runs(arguments)
+    rows = []
+    for run_set in run_sets:
+        name = str(Path(run_set.name).relative_to(root)) if root is not None else run_set.name
+        cells = [name, str(len(run_set.runs))]
+        for metric in metrics:
+            values = []
+            for run in run_set.runs.values():
+                value = _lookup(run.metrics.get(split) if split else run.metrics, metric)
+                if isinstance(value, (int, float)):
+                    values.append(value)
+            cells.append(f"{_mean_std(values)} ({', '.join(f'{v:.3f}' for v in values)})" if len(values) > 1
+                         else _mean_std(values) if values else "-")
+        rows.append(cells)
+    return to_markdown([TableBlock(["run", "seeds", *metrics], rows)])

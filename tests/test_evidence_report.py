@@ -122,15 +122,19 @@ def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
     assert 0 < low < 0.25 < high
 
     page = tmp_path / "results.md"
-    page.write_text("intro prose\n<!-- generated:demo -->\nstale numbers\n<!-- /generated:demo -->\nmore prose\n")
+    page.write_text("intro prose\n<!-- generated:demo -->\nstale numbers\n<!-- /generated:demo -->\nmore prose\n"
+                    "<!-- generated:terms -->\n<!-- /generated:terms -->\n")
+    (tmp_path / "terms.csv").write_text("term,pieces\nlymphoma,4\n")
     manifest = tmp_path / "results.yaml"
-    manifest.write_text("blocks:\n  demo:\n    runs: [base, better]\n    metrics: [accuracy]\n    resamples: 500\n")
+    manifest.write_text("blocks:\n  demo:\n    runs: [base, better]\n    metrics: [accuracy]\n    resamples: 500\n"
+                        "  terms:\n    kind: csv\n    path: terms.csv\n")
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "experiments" / "results_page.py"
     cmd = [sys.executable, str(script), "--runs", str(tmp_path), "--page", str(page), "--manifest", str(manifest)]
     assert subprocess.run([*cmd, "--check"]).returncode == 1  # stale before
     assert subprocess.run(cmd).returncode == 0
     new = page.read_text()
-    assert new.startswith("intro prose\n<!-- generated:demo -->\n") and new.endswith("<!-- /generated:demo -->\nmore prose\n")
+    assert new.startswith("intro prose\n<!-- generated:demo -->\n") and "<!-- /generated:demo -->\nmore prose\n" in new
+    assert new.endswith("<!-- generated:terms -->\n| term | pieces |\n|---|---|\n| lymphoma | 4 |\n<!-- /generated:terms -->\n")
     assert "stale numbers" not in new and "| better | 2 |" in new
     assert subprocess.run([*cmd, "--check"]).returncode == 0  # up to date after
 

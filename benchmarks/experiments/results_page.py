@@ -10,7 +10,8 @@ Usage:
   python benchmarks/experiments/results_page.py --runs /path/to/runs --check    # exit 1 if the page is stale
 docs/results.yaml: ``blocks: {NAME: {runs: [paths relative to --runs, baseline first], split: test,
 metrics: [entity_f1], resamples: 2000}}``; ``kind: metrics`` makes a plain table of metrics.json values per run
-(mean ± std over seeds, per-seed values) instead of a comparison.
+(mean ± std over seeds, per-seed values) instead of a comparison; ``kind: csv`` with ``path:`` renders a CSV file
+a command wrote (``kinject vocab compare --csv``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ def render(name: str, block: dict, runs: Path) -> str:
     metrics.json values per run; ``split: null`` reads top-level entries such as ``comparison``)."""
     from kinject.evidence.report import comparison_markdown, metrics_markdown
 
+    if block.get("kind") == "csv":  # a table a command wrote (e.g. kinject vocab compare --csv)
+        import csv
+
+        from kinject.evidence.render import TableBlock, to_markdown
+
+        with open(runs / block["path"], newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+        return to_markdown([TableBlock(rows[0], rows[1:])])
     paths = [str(runs / p) for p in block["runs"]]
     if block.get("kind") == "metrics":
         return metrics_markdown(paths, block.get("split", "test"), block["metrics"], root=runs)
@@ -59,12 +68,12 @@ def main() -> int:
     for name, block in blocks.items():
         if args.only and name not in args.only:
             continue
-        missing = [p for p in block["runs"] if not (args.runs / p).exists()]
+        missing = [p for p in block.get("runs", [block.get("path")]) if not (args.runs / p).exists()]
         if missing:
             print(f"{name}: skipped, runs not found: {', '.join(missing)}", file=sys.stderr)
             continue
         page = fill(page, name, render(name, block, args.runs))
-        print(f"{name}: {len(block['runs'])} run(s)", file=sys.stderr)
+        print(f"{name}: {len(block.get('runs', [1]))} source(s)", file=sys.stderr)
     if args.check:
         return int(page != original)
     if page != original:

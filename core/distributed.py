@@ -26,3 +26,18 @@ def barrier() -> None:
 
             PartialState()
         dist.barrier()
+
+
+def broadcast(value):
+    """Process 0's ``value`` in every process (``value`` itself in a single process)."""
+    if world_size() <= 1:
+        return value
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        from accelerate import PartialState
+
+        PartialState()
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -7,16 +7,18 @@ the engine's CONTRACT). See :mod:`kinject.fingerprint` for what the code fingerp
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kinject import __version__
-from kinject.distributed import barrier, is_main_process, rank, world_size
+from kinject.distributed import barrier, broadcast, is_main_process, rank, world_size
 from kinject.errors import KinjectError
 from kinject.fingerprint import code_fingerprint, keyed_dump, stable_hash
 from kinject.interfaces import Stage, StageContext
@@ -188,7 +190,6 @@ def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path
 
 
 def _run_in_worker(stage: Stage, ctx: StageContext) -> None:
-    import os
     import sys
 
     from kinject.worker import DISTRIBUTED_VARIABLES, job
@@ -201,9 +202,21 @@ def _run_in_worker(stage: Stage, ctx: StageContext) -> None:
                            "its error is printed above)")
 
 
+def _claim(planned: PlannedStage, token: str) -> bool:
+    """Take ``planned`` for this process: the first process to create its claim file (atomically) runs it."""
+    path = planned.folder.with_name(f"{planned.folder.name}.claim-{token}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
 def run_stages(run: RunContext) -> list[tuple[PlannedStage, bool, float]]:
-    """Run the plan in order. Under torchrun, each run of consecutive ``spread`` stages is shared out: process
-    r runs stages r, r + N, ...; all processes wait for the whole group before going on."""
+    """Run the plan in order. Under torchrun, each run of consecutive ``spread`` stages is a shared queue: every
+    process takes the next stage nobody has taken (a claim file in the cache, per launch), so a process that
+    finishes a short stage takes another while a long one runs; all wait for the whole group before going on."""
     planned_stages = plan(run)
     stage_dirs: dict[str, Path] = {}
     out: list[tuple[PlannedStage, bool, float]] = []
@@ -220,11 +233,19 @@ def run_stages(run: RunContext) -> list[tuple[PlannedStage, bool, float]]:
         while i < len(planned_stages) and planned_stages[i].stage.spread:
             group.append(planned_stages[i])
             i += 1
+        token = broadcast(uuid.uuid4().hex)  # one per launch: a resumed launch ignores an earlier one's claims
         mine = {}
         for j, member in enumerate(group):
-            if j % world_size() == rank():
+            if member.cached:  # nothing to run: process 0 reports the cache hit, the others read it back
+                if is_main_process():
+                    mine[j] = run_stage(run, member, stage_dirs, alone=True)
+                continue
+            if _claim(member, token):
                 mine[j] = run_stage(run, member, stage_dirs, alone=True)
         barrier()
+        if is_main_process():
+            for member in group:
+                member.folder.with_name(f"{member.folder.name}.claim-{token}").unlink(missing_ok=True)
         for j, member in enumerate(group):
             stage_dirs[member.stage.name] = member.folder
             out.append((member, *mine.get(j, _finished_elsewhere(member))))

@@ -198,3 +198,15 @@ def test_repeats_work_for_task_groups(tmp_path, textcls_dir, tiny_model):
     summary = json.loads((out / "metrics.json").read_text())
     scores = [json.loads((out / f"seed-{s}" / "metrics.json").read_text())["score"] for s in (5, 6)]
     assert summary["score"]["n"] == 2 and summary["score"]["values"] == scores
+
+
+def test_spread_stage_claims_are_taken_once_per_launch(tmp_path):
+    """Spread stages are a shared queue: the first process to claim a stage runs it; a new launch (token) may
+    claim it again (a resumed run does not inherit a dead launch's claims)."""
+    from types import SimpleNamespace
+
+    from kinject.planning import _claim
+
+    member = SimpleNamespace(folder=tmp_path / "stages" / "mop-adapter-0" / "abc123")
+    assert _claim(member, "launch1") and not _claim(member, "launch1")
+    assert _claim(member, "launch2")

@@ -46,7 +46,7 @@ def test_two_processes_share_the_parts_and_match_the_single_process_run(tmp_path
         assert weights[0] == weights[1]  # bit-identical adapter, trained alone in a worker process
         heldout = [json.loads(open(os.path.join(s["dir"], "adapter.json")).read())["heldout"] for s in (single, ddp)]
         assert heldout[0] == heldout[1]
-    assert ranks == [0, 1]  # process r trains parts r, r + 2, ...
+    assert set(ranks) == {0, 1}  # a shared queue: each process took one of the two parts
     metrics = json.loads((tmp_path / "run-ddp" / "metrics.json").read_text())
     assert metrics["train"]["world_size"] == 2  # the fusion fine-tune itself runs data-parallel
     assert set(metrics["test"]) == {"accuracy", "f1_macro"}

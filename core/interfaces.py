@@ -174,7 +174,7 @@ class Task(Component):
         raise NotImplementedError
 
     def data_files(self, env: Environment) -> list[Path]:
-        """The files this task reads (their sizes and times go into cache keys): those ``prepare_data`` saw it
+        """The files this task reads (their names and content digests go into cache keys): those ``prepare_data`` saw it
         read, else the dataset folder's files."""
         if getattr(self, "read_files", None):
             return list(self.read_files)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
+import hashlib
 import json
 import os
 import secrets
@@ -12,6 +14,20 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from kinject.errors import DataError
+
+
+@functools.lru_cache(maxsize=8192)
+def _content_digest(resolved: str, size: int, mtime_ns: int, inode: int) -> str:
+    with open(resolved, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def file_digest(path: Path | str) -> str:
+    """sha256 of a file's bytes: the identity of a data file in cache keys, so a copy, a restore or a ``touch``
+    keeps its stages' keys while an edit changes them (hashed once per process per file state)."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return _content_digest(str(resolved), stat.st_size, stat.st_mtime_ns, stat.st_ino)
 
 
 def _sibling(target: Path, what: str) -> Path:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from kinject.fingerprint import NOT_KEYED
 from kinject.interfaces import Environment, KnowledgeSource, StageContext, Task
+from kinject.io import file_digest
 
 
 class Ref(BaseModel):
@@ -28,15 +29,16 @@ class Ref(BaseModel):
 
 
 def files_fingerprint(paths: list[Path], root: Path | None = None) -> str:
-    """Hash of (relative name, size, mtime) of each file: changes when any file is edited or replaced."""
+    """Hash of (relative name, content digest) of each file: changes when any file's bytes change, not when a
+    file is only copied, restored or touched (times are not part of it)."""
     digest = hashlib.sha256()
     for path in sorted(paths):
         try:
-            stat = path.stat()
+            content = file_digest(path)
         except OSError:
             continue
         name = str(path.relative_to(root)) if root and path.is_relative_to(root) else path.name
-        digest.update(f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        digest.update(f"{name}\0{content}\n".encode())
     return digest.hexdigest()[:32]
 
 

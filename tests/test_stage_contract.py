@@ -82,6 +82,30 @@ def test_editing_the_data_reruns(finished, textcls_dir):
     assert not plan["finetune"].cached
 
 
+def test_copied_or_touched_data_keeps_its_keys(finished, textcls_dir, tmp_path):
+    """Data files are identified by their bytes: a restore that gives every file a new time (or a copy of the
+    data dir elsewhere: names are relative to the data dir, which is not keyed) reuses the cache; a same-size
+    edit does not."""
+    import os
+    import shutil
+
+    from kinject.refs import files_fingerprint
+
+    spec, _ = finished
+    train = textcls_dir / "train.jsonl"
+    os.utime(train, ns=(train.stat().st_atime_ns, train.stat().st_mtime_ns + 10**9))
+    assert all(p.cached for p in planned(spec).values())
+    copy = Path(shutil.copytree(textcls_dir, tmp_path / "elsewhere" / "textcls"))
+    assert (files_fingerprint(sorted(copy.iterdir()), copy.parent)
+            == files_fingerprint(sorted(textcls_dir.iterdir()), textcls_dir.parent))
+    text = train.read_text(encoding="utf-8")
+    swapped = text.replace('"bio"', '"xyz"', 1) if '"bio"' in text else text[::-1]
+    assert len(swapped) == len(text) and swapped != text
+    train.write_text(swapped, encoding="utf-8")
+    os.utime(train, ns=(train.stat().st_atime_ns, train.stat().st_mtime_ns + 2 * 10**9))
+    assert not planned(spec)["finetune"].cached
+
+
 PROBE = '''
 """A third-party strategy whose stage body lives in this file."""
 from kinject.interfaces import PluginConfig, Stage, Strategy

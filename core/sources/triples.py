@@ -11,6 +11,7 @@ from pydantic import Field
 
 from kinject.errors import DataMissingError
 from kinject.interfaces import Environment, KnowledgeSource, Triple
+from kinject.io import file_digest
 from kinject.sources.filters import BadRows, FilterFields, apply_filters
 from kinject.sources.readers import Columns, detect_format, iter_table_triples, read_text_map
 
@@ -19,12 +20,8 @@ HSDN_HEADER = ("symptom_name", "disease_name", "tfidf_score")
 
 
 def file_fingerprint(paths: list[Path]) -> list[list]:
-    """Identity of input files without reading them: resolved path, size, mtime (ns)."""
-    out = []
-    for p in paths:
-        st = Path(p).stat()
-        out.append([str(Path(p).resolve()), st.st_size, st.st_mtime_ns])
-    return out
+    """Identity of input files: name and content digest (a moved, copied or touched file keeps it)."""
+    return [[Path(p).name, file_digest(p)] for p in paths]
 
 
 class TriplesSourceBase(KnowledgeSource):

@@ -70,7 +70,7 @@ class HoCTask(CatalogueSplits, SequenceClassificationTask):
                                              {"name": "f1", "options": {"average": "micro"}}]
     recommended: ClassVar[dict] = {"training": {"epochs": 1, "learning_rate": 1e-4, "head_learning_rate": 2e-2}}
     recommended_note: ClassVar[str] = (
-        "checked on dev, not swept (docs/results.md, 'HoC'): minilm, 1 epoch of the 12k training sentences, lr 1e-4, "
+        "checked on dev, not swept (docs/results-history.md, 'Baselines'): minilm, 1 epoch of the 12k training sentences, lr 1e-4, "
         "head lr 2e-2 gave dev F1 0.778 (seed 42); at the encoder's rate the fresh 10-way sigmoid head stayed "
         "below 0.5 everywhere (F1 0) after 300 steps")
 

@@ -64,7 +64,7 @@ class RelationTask(SequenceClassificationTask):
     recommended_note: ClassVar[str] = (
         "checked on dev, not swept (one setting; 17-24 CPU-min per trial): 1 epoch at lr 1e-4, head lr 2e-2 (HoC's), "
         "seed 42: ChemProt dev micro-F1 0.639 (macro 0.623), DDI dev micro-F1 0.753 (macro 0.604); 300 steps at the "
-        "encoder's rate had reached 0.31 (ChemProt) and 0.02-0.20 (DDI) on test (docs/results.md)")
+        "encoder's rate had reached 0.31 (ChemProt) and 0.02-0.20 (DDI) on test (docs/results-history.md)")
     Config: ClassVar = RelationConfig
     info: ClassVar[DatasetInfo]
     label_set: ClassVar[tuple[str, ...]] = ()

@@ -41,6 +41,22 @@ def test_repeats_pair_by_seed_with_interval_and_seed_tests(tmp_path, capsys):
     assert tests["wilcoxon_pvalue"] == pytest.approx(0.25)  # exact, 3 positive differences: 2 / 2**3
 
 
+def test_runs_with_more_seeds_pair_over_the_shared_ones(tmp_path, capsys):
+    base = repeats(tmp_path / "base", {1: 30, 2: 32, 3: 29, 4: 50, 5: 50})  # seeds 4-5 have no partner
+    other = repeats(tmp_path / "other", {1: 40, 2: 45, 3: 41})
+    out = compare_json(capsys, str(base), str(other), "--metric", "accuracy")
+    first, second = out["metrics"][0]["rows"]
+    assert first["value"] == pytest.approx((30 + 32 + 29 + 50 + 50) / 300) and second["paired_seeds"] == [1, 2, 3]
+    assert second["value"] == pytest.approx((40 + 45 + 41) / 180)
+    assert second["difference"] == pytest.approx((40 + 45 + 41 - 30 - 32 - 29) / 180)  # not vs all 5 seeds
+    assert second["seed_tests"]["seeds"] == [1, 2, 3]
+    capsys.readouterr()
+    assert kinject("compare", str(base), str(other)) == 0
+    assert "3 (3 paired)" in capsys.readouterr().out
+    apart = repeats(tmp_path / "apart", {8: 40, 9: 41})
+    assert "no seed in common" in one_line_error(capsys, str(base), str(apart))
+
+
 def test_table_default_metric_baseline_and_glob(tmp_path, capsys):
     repeats(tmp_path / "run-a", {1: 30})
     repeats(tmp_path / "run-b", {1: 40})

@@ -3,7 +3,7 @@
 minilm on the CPU, CAPR evaluated zero-shot in two directions, 50 candidates x 400 test queries each:
   (a) `hpo`: the HPO retrieval set, the cross-encoder trained on MedQuAD;
   (b) `medquad`: MedQuAD, the cross-encoder trained on HPO term/definition pairs.
-Training 500 queries x 2 pairs, 2 epochs at lr 1e-4 (docs/results.md's CAPR budget), `training.eval_splits=[test]`.
+Training 500 queries x 2 pairs, 2 epochs at lr 1e-4 (docs/results-history.md's CAPR budget), `training.eval_splits=[test]`.
 
 1. `finetune` on (a) and (b), seeds 42-46 (`--repeats 5`): the baseline arm. Its seed-42 model of (a) (trained on
    MedQuAD) is the one phase-1 model: every KIMERA run's phase 1 is these stages again (same keys, cached).
@@ -22,7 +22,7 @@ Training 500 queries x 2 pairs, 2 epochs at lr 1e-4 (docs/results.md's CAPR budg
    chance: the positive control that knowledge went in), and `kinject compare` of every arm against `finetune`
    (paired over test queries and seeds; R@1 and MRR).
 
-Cost, estimated from docs/results.md (one core): 5 retrainings x ~22 min, 60 phase-3 runs + 10 baseline runs x
+Cost, estimated from docs/results-history.md (one core): 5 retrainings x ~22 min, 60 phase-3 runs + 10 baseline runs x
 ~6 min (fine-tune ~2 min, 20,000 test pairs ~4 min), 3 mask searches x ~5 min: about 9 CPU-hours. The pilot
 (`--pilot`) runs every step at toy size (`--limit 16`, a few steps, 2 seeds) to check the commands.
 

@@ -12,7 +12,7 @@ metrics.json holds `comparison` (paired bootstrap over the test examples); `kinj
 The knowledge side is keyed without task or seed: the adapters of one (K, shuffle) are trained once (1 epoch
 over each part's triples, batch 64, lr 1e-3, 10% of each part held out) and reused by every task and seed.
 
-Budgets (the baselines' budgets from docs/results.md, same for `finetune` and MoP): NER 300 steps of 16 at
+Budgets (the baselines' budgets from docs/results-history.md, same for `finetune` and MoP): NER 300 steps of 16 at
 lr 1e-4, max_length 128, test split only; HoC 1,500 steps (300 leave every sigmoid below 0.5: F1 0); CAPR
 500 training queries x 2 pairs, 2 epochs, 100 test queries x 20 candidates.
 

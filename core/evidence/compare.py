@@ -47,17 +47,33 @@ def _stack(scorer, seeds: dict[int, list[dict]]) -> tuple[np.ndarray, dict[int, 
 def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[int, list[dict]]],
          n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0, method: str = "percentile") -> list[dict]:
     """The baseline's row and one row per other system: metric value (mean over seeds), per-seed values,
-    difference to the baseline with its paired bootstrap interval, per-seed tests (aligned records in)."""
+    difference to the baseline with its paired bootstrap interval, per-seed tests (aligned records in).
+
+    A system run with other seeds than the baseline is paired over the seeds both have (``paired_seeds``; its
+    ``value`` is then its mean over all its seeds, the difference is over the shared ones); two single-seed runs
+    of different seeds are paired by example only; several seeds with none in common is an error."""
     scorer = scorer_for(metric, [r for side in (baseline, *others) for r in side.values()])
     base_stats, base_values = _stack(scorer, baseline)
     rows = [{"value": float(np.mean(list(base_values.values()))), "per_seed": base_values}]
     for side in others:
         stats, values = _stack(scorer, side)
-        diff = paired_bootstrap(base_stats, stats, seed_statistic(scorer), n_resamples=n_resamples,
+        shared = sorted(set(baseline) & set(side))
+        a, b = base_stats, stats
+        if set(baseline) != set(side):
+            if shared:
+                a = _stack(scorer, {s: baseline[s] for s in shared})[0]
+                b = _stack(scorer, {s: side[s] for s in shared})[0]
+            elif len(baseline) > 1 or len(side) > 1:
+                raise KinjectError(f"no seed in common (baseline seeds {sorted(baseline)}, other seeds "
+                                   f"{sorted(side)}): a paired comparison needs the same seeds on both sides")
+        diff = paired_bootstrap(a, b, seed_statistic(scorer), n_resamples=n_resamples,
                                 confidence=confidence, seed=seed, method=method)
-        rows.append({"value": diff.b, "per_seed": values, "difference": diff.difference, "ci_low": diff.low,
-                     "ci_high": diff.high, "standard_error": diff.standard_error, "method": diff.method,
-                     "seed_tests": seed_tests(base_values, values)})
+        row = {"value": float(np.mean(list(values.values()))), "per_seed": values, "difference": diff.difference,
+               "ci_low": diff.low, "ci_high": diff.high, "standard_error": diff.standard_error,
+               "method": diff.method, "seed_tests": seed_tests(base_values, values)}
+        if shared and set(baseline) != set(side):
+            row["paired_seeds"] = shared
+        rows.append(row)
     return rows
 
 
@@ -162,7 +178,10 @@ def comparison_table(result: dict[str, Any], block: dict[str, Any]) -> tuple[lis
         cells = ["baseline", "", "", ""] if i == 0 else [
             f"{row['difference']:+.4f}", f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
             _p(tests.get("t_pvalue")), _p(tests.get("wilcoxon_pvalue"))]
-        rows.append([row["run"], str(len(row["seeds"])), f"{row['value']:.4f}", *cells])
+        seeds = str(len(row["seeds"]))
+        if row.get("paired_seeds"):
+            seeds += f" ({len(row['paired_seeds'])} paired)"
+        rows.append([row["run"], seeds, f"{row['value']:.4f}", *cells])
     return headers, rows
 
 

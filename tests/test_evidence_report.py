@@ -124,7 +124,7 @@ def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
     page = tmp_path / "results.md"
     page.write_text("intro prose\n<!-- generated:demo -->\nstale numbers\n<!-- /generated:demo -->\nmore prose\n"
                     "<!-- generated:terms -->\n<!-- /generated:terms -->\n")
-    (tmp_path / "terms.csv").write_text("term,pieces\nlymphoma,4\n")
+    (tmp_path / "terms.csv").write_text(f"term,tokenizer,pieces\nlymphoma,{tmp_path}/vocab/tokenizer,4\n")
     manifest = tmp_path / "results.yaml"
     manifest.write_text("blocks:\n  demo:\n    runs: [base, better]\n    metrics: [accuracy]\n    resamples: 500\n"
                         "  terms:\n    kind: csv\n    path: terms.csv\n")
@@ -134,7 +134,8 @@ def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
     assert subprocess.run(cmd).returncode == 0
     new = page.read_text()
     assert new.startswith("intro prose\n<!-- generated:demo -->\n") and "<!-- /generated:demo -->\nmore prose\n" in new
-    assert new.endswith("<!-- generated:terms -->\n| term | pieces |\n|---|---|\n| lymphoma | 4 |\n<!-- /generated:terms -->\n")
+    assert new.endswith("<!-- generated:terms -->\n| term | tokenizer | pieces |\n|---|---|---|\n| lymphoma | vocab/tokenizer | 4 |\n"
+                        "<!-- /generated:terms -->\n")  # a path under --runs is shown relative to it
     assert "stale numbers" not in new and "| better | 2 |" in new
     assert subprocess.run([*cmd, "--check"]).returncode == 0  # up to date after
 

@@ -20,7 +20,9 @@ What was run on the 2-core CPU (`--cpu`, docs/results.md "MoP: does it work?"): 
 recommended settings (`kinject info ncbi-disease`), bfloat16 autocast, seeds 42-44, K=4 over a 100,000-triple
 sample of the HPO graph (adapters 1 epoch, lr 1e-3), against `finetune`, with two controls paired on the same
 seeds: the same fusion with untrained adapters (`adapter_max_steps=0`: capacity without knowledge) and the
-paper's shuffle control at R=1 (the same adapter training on random parts).
+paper's shuffle control at R=1 (the same adapter training on random parts). The R=1 cell did not finish on
+the CPU: its adapters trained (random parts keep 25,073 of the 100,000 triples vs METIS's 69,500, so R=1 also
+injects 2.8x fewer facts), then an environment restart stopped its fine-tunes; not re-run for lack of time.
 
 Usage:
   python benchmarks/experiments/mop.py --cpu [--run]    # the CPU experiment above

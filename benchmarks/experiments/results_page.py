@@ -38,6 +38,9 @@ def render(name: str, block: dict, runs: Path) -> str:
 
         with open(runs / block["path"], newline="", encoding="utf-8") as handle:
             rows = list(csv.reader(handle))
+        prefixes = sorted({f"{runs}/", f"{runs.resolve()}/"}, key=len, reverse=True)
+        for prefix in prefixes:  # paths under --runs are shown relative to it (no machine's folders in the docs)
+            rows = [[cell.replace(prefix, "") for cell in row] for row in rows]
         return to_markdown([TableBlock(rows[0], rows[1:])])
     paths = [str(runs / p) for p in block["runs"]]
     if block.get("kind") == "metrics":

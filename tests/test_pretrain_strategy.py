@@ -119,8 +119,10 @@ def test_stage_plans(tmp_path, tiny_model, textcls_dir):
     # fine-tuning-only settings, so runs on other tasks share it
     data = spec(tmp_path, corpus, task)
     data["sources"][0]["tasks"] = [task]
+    data["training"].update(head_learning_rate=1e-2, min_steps=5)  # as a task's recommended settings set them
     covered = keys(data)
     data["task"], data["model"]["pooling"] = None, "mean"
+    del data["training"]["head_learning_rate"], data["training"]["min_steps"]
     alone = keys(data)
     assert all(covered[name] == alone[name] for name in alone)
     data["strategy"]["max_length"] = 32

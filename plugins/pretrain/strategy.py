@@ -139,7 +139,9 @@ class PretrainStrategy(Strategy):
         spec = training.for_training().model_copy(update=dict(
             epochs=1.0, max_steps=steps, learning_rate=learning_rate, batch_size=batch_size,
             gradient_accumulation_steps=cfg.mlm_gradient_accumulation, warmup_ratio=cfg.mlm_warmup_ratio,
-            group_by_length=False, eval_steps=None))
+            group_by_length=False, eval_steps=None,
+            # fine-tuning-only settings (a task's recommended values set them): not the pretraining's, not in its key
+            head_learning_rate=None, min_steps=None))
         scratch = cfg.scratch.model_dump() if mode == "scratch" else {}
         return MlmConfig(model=self.base_ref(run), mode=mode, scratch=scratch,
                          vocab_stage=vocab_stage, start_stage=start_stage, pack_stage=pack,

@@ -26,6 +26,9 @@ Cost, estimated from docs/results-history.md (one core): 5 retrainings x ~22 min
 ~6 min (fine-tune ~2 min, 20,000 test pairs ~4 min), 3 mask searches x ~5 min: about 9 CPU-hours. The pilot
 (`--pilot`) runs every step at toy size (`--limit 16`, a few steps, 2 seeds) to check the commands.
 
+What was run on the 2-core CPU (`--evaluations hpo`; docs/results.md "KIMERA"): (a) only; steps 1-3 in full;
+arms no-mask (seeds 42-46), hard (42-46), random (42-44: `--repeats 3`); not run: the two `freeze` arms and (b).
+
 Usage:
   python benchmarks/experiments/kimera.py                          # print the commands
   python benchmarks/experiments/kimera.py --run                    # run them one after another

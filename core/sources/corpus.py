@@ -27,7 +27,7 @@ from kinject.errors import DataError, DataMissingError
 from kinject.interfaces import Environment, KnowledgeSource, PluginConfig, Task
 from kinject.sources.filters import BadRows
 from kinject.sources.readers import iter_text_lines
-from kinject.sources.triples import file_fingerprint
+from kinject.refs import files_fingerprint
 
 log = logging.getLogger("kinject")
 
@@ -248,7 +248,7 @@ class CorpusSource(KnowledgeSource):
     def _check_file(self, path: Path, env: Environment) -> int:
         """Read the whole file once (invalid UTF-8 / JSON -> DataError file:line) and count its usable texts;
         the result is remembered in the cache for the file's size and mtime."""
-        key = hashlib.sha256(json.dumps([file_fingerprint([path]), self.config.text_field, self.config.min_chars,
+        key = hashlib.sha256(json.dumps([files_fingerprint([path]), self.config.text_field, self.config.min_chars,
                                          self.config.on_bad_rows]).encode()).hexdigest()[:32]
         marker = Path(env.cache_dir) / "corpus-checks" / f"{key}.json"
         if marker.exists():
@@ -277,11 +277,9 @@ class CorpusSource(KnowledgeSource):
                             f"in {where or 'the configured paths and tasks'})")
 
     def fingerprint(self, env: Environment) -> str:
-        from kinject.refs import files_fingerprint
-
         tasks = {which: [(label, task.describe_data(env), files_fingerprint(task.data_files(env)))
                          for label, task in self.task_list(env, which)] for which in ("tasks", "exclude_tasks")}
-        data = {"config": self.config.model_dump(mode="json"), "files": file_fingerprint(self._files()),
+        data = {"config": self.config.model_dump(mode="json"), "files": files_fingerprint(self._files()),
                 "tasks": tasks}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 

@@ -11,17 +11,12 @@ from pydantic import Field
 
 from kinject.errors import DataMissingError
 from kinject.interfaces import Environment, KnowledgeSource, Triple
-from kinject.io import file_digest
+from kinject.refs import files_fingerprint
 from kinject.sources.filters import BadRows, FilterFields, apply_filters
 from kinject.sources.readers import Columns, detect_format, iter_table_triples, read_text_map
 
 TRIPLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".txt", ".tsv.gz", ".csv.gz", ".jsonl.gz", ".txt.gz")
 HSDN_HEADER = ("symptom_name", "disease_name", "tfidf_score")
-
-
-def file_fingerprint(paths: list[Path]) -> list[list]:
-    """Identity of input files: name and content digest (a moved, copied or touched file keeps it)."""
-    return [[Path(p).name, file_digest(p)] for p in paths]
 
 
 class TriplesSourceBase(KnowledgeSource):
@@ -41,7 +36,7 @@ class TriplesSourceBase(KnowledgeSource):
 
     def fingerprint(self, env: Environment) -> str:
         data = {"source": self.name, "config": self.config.model_dump(mode="json"),
-                "files": file_fingerprint(self.input_files(env))}
+                "files": files_fingerprint(self.input_files(env))}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def _pass(self, env: Environment) -> Iterator[Triple]:

@@ -183,7 +183,7 @@ def test_matrix_writes_grid_and_resumes_only_missing_cells(stilt_runs, tmp_path,
         (t, i) for t in "bc" for i in ("baseline", "a", "d")]
     summary = json.loads((out / "matrix.json").read_text())
     for row in rows:
-        cell = json.loads((out / "cells" / row["target"] / row["intermediate"] / "seed-0.json").read_text())
+        cell = json.loads((out / "cells" / row["target"] / row["intermediate"] / "seed-42.json").read_text())
         stats = summary["rows"][row["target"]]["cells"][row["intermediate"]]
         assert float(row["mean"]) == pytest.approx(cell["value"]) == pytest.approx(stats["mean"])
         assert row["n"] == "1" and row["std"] == "" and stats["std"] == 0.0  # one seed: no spread (csv blank)
@@ -195,10 +195,10 @@ def test_matrix_writes_grid_and_resumes_only_missing_cells(stilt_runs, tmp_path,
     assert summary["rows"]["c"]["metric"] == "accuracy" and summary["rows"]["c"]["split"] == "test"
     assert (out / "matrix.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # the A intermediate stage was trained by the fixture: the matrix reused it
-    a_run = json.loads((out / "runs" / "b" / "a" / "seed-0" / "run.json").read_text())
+    a_run = json.loads((out / "runs" / "b" / "a" / "seed-42" / "run.json").read_text())
     assert a_run["stages"][0]["cached"] is True
 
-    removed = out / "cells" / "c" / "d" / "seed-0.json"
+    removed = out / "cells" / "c" / "d" / "seed-42.json"
     before = {p: p.stat().st_mtime_ns for p in (out / "cells").rglob("*.json") if p != removed}
     removed.unlink()
     targets = mx.parse_task_list("b,c", mx.parse_defines(defines), "--targets")
@@ -212,6 +212,20 @@ def test_matrix_writes_grid_and_resumes_only_missing_cells(stilt_runs, tmp_path,
     assert [(cell.target.label, cell.column) for cell in rerun.executed] == [("c", "d")]
     assert len(rerun.skipped) == 5 and removed.exists()
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())
+
+    # a cell of an earlier release, named by seed position, is still read when its spec matches
+    legacy = out / "cells" / "b" / "a" / "seed-0.json"
+    (out / "cells" / "b" / "a" / "seed-42.json").rename(legacy)
+    assert mx.run_matrix(targets, inters, 1, base, sets, out).executed == []
+    # more seeds grow the matrix: seed 43 gets its own cells and run dirs, seed 42's stay as they were
+    kept = {p: p.stat().st_mtime_ns for p in out.rglob("*.json") if "seed-42" in str(p) or p == legacy}
+    grown = mx.run_matrix(targets[:1], inters[:1], 1, {**base, "seed": 43}, sets, out)
+    assert [(cell.target.label, cell.column) for cell in grown.executed] == [("b", "baseline"), ("b", "a")]
+    assert json.loads((out / "cells" / "b" / "a" / "seed-43.json").read_text())["seed"] == 43
+    assert json.loads((out / "runs" / "b" / "baseline" / "seed-43" / "run.json").read_text())["spec"]["seed"] == 43
+    assert all(p.stat().st_mtime_ns == t for p, t in kept.items())
+    cell = mx.Cell(targets[0], inters[0], 0)  # what --dry-run lists: the legacy record holds seed 42, not 44
+    assert mx.is_done(cell, out, 42) and mx.is_done(cell, out, 43) and not mx.is_done(cell, out, 44)
 
 
 def test_matrix_rejects_unknown_tasks_before_running(tmp_path, tiny_model):

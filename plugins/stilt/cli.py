@@ -61,11 +61,11 @@ def matrix(targets: str = typer.Option(..., "--targets", help="Target tasks, com
             base[key] = str(value)
     if dry_run:
         cells = mx.plan_cells(target_defs, inter_defs, seeds)
-        for cell in cells:
-            done = cell.result_path(output).exists()
+        done = [mx.is_done(cell, output, seed + cell.seed_index) for cell in cells]
+        for cell, finished in zip(cells, done):
             console.print(f"{cell.target.label:<16} <- {cell.column:<16} seed {seed + cell.seed_index}  "
-                          f"{'[green]done[/]' if done else 'to run'}")
-        console.print(f"{len(cells)} cells, {sum(c.result_path(output).exists() for c in cells)} done")
+                          f"{'[green]done[/]' if finished else 'to run'}")
+        console.print(f"{len(cells)} cells, {sum(done)} done")
         return
     result = mx.run_matrix(target_defs, inter_defs, seeds, base, list(sets or []), output, split,
                            report=console.print, run_missing=not report_only)

@@ -2,12 +2,15 @@
 
 Layout of the output folder::
 
-    cells/<target>/<column>/seed-<s>.json   one finished cell (column = "baseline" or an intermediate)
-    runs/<target>/<column>/seed-<s>/        that cell's run directory (run.json, metrics.json, model/)
-    matrix.csv, matrix.json, matrix.png     the summary (mean, std, delta vs baseline per cell)
+    cells/<target>/<column>/seed-<seed>.json   one finished cell (column = "baseline" or an intermediate)
+    runs/<target>/<column>/seed-<seed>/        that cell's run directory (run.json, metrics.json, model/)
+    matrix.csv, matrix.json, matrix.png        the summary (mean, std, delta vs baseline per cell)
 
 A cell's JSON is written (atomically) as soon as it finishes, so an interrupted matrix continues where it
-stopped; unfinished stages continue from the stage cache. A cell whose spec changed is recomputed.
+stopped; unfinished stages continue from the stage cache. A cell whose spec changed is recomputed. Cells are
+named by their seed value, so a matrix grows by more seeds (``--seed 45 --seeds 2`` after ``--seed 42 --seeds
+3``) without touching the cells it has; folders of earlier releases, named by seed position (``seed-0``), are
+still read when their spec matches.
 """
 
 from __future__ import annotations
@@ -83,11 +86,15 @@ class Cell:
     def column(self) -> str:
         return self.intermediate.label if self.intermediate else BASELINE
 
-    def result_path(self, root: Path) -> Path:
+    def result_path(self, root: Path, seed: int) -> Path:
+        return root / "cells" / self.target.label / self.column / f"seed-{seed}.json"
+
+    def legacy_result_path(self, root: Path) -> Path:
+        """Where releases before seed-valued names kept this cell (by seed position)."""
         return root / "cells" / self.target.label / self.column / f"seed-{self.seed_index}.json"
 
-    def run_dir(self, root: Path) -> Path:
-        return root / "runs" / self.target.label / self.column / f"seed-{self.seed_index}"
+    def run_dir(self, root: Path, seed: int) -> Path:
+        return root / "runs" / self.target.label / self.column / f"seed-{seed}"
 
 
 def plan_cells(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int) -> list[Cell]:
@@ -127,6 +134,16 @@ def _spec_hash(spec) -> str:
 
 def _write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=str))
+
+
+def is_done(cell: Cell, root: Path, seed: int) -> bool:
+    """Whether ``cell`` has a finished record for ``seed`` (without checking its spec: for listings)."""
+    if cell.result_path(root, seed).exists():
+        return True
+    try:  # a seed-position name of an earlier release: the record says which seed it holds
+        return json.loads(cell.legacy_result_path(root).read_text()).get("seed") == seed
+    except (OSError, json.JSONDecodeError):
+        return False
 
 
 def _load_cell(path: Path, spec_hash: str) -> dict | None:
@@ -190,7 +207,8 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
     for number, cell in enumerate(cells, 1):
         spec = cell_spec(cell, base, sets)
         spec_hash = _spec_hash(spec)
-        done = _load_cell(cell.result_path(output), spec_hash)
+        done = (_load_cell(cell.result_path(output, spec.seed), spec_hash)
+                or _load_cell(cell.legacy_result_path(output), spec_hash))
         where = f"[{number}/{len(cells)}] {cell.target.label} <- {cell.column} seed {spec.seed}"
         if done is not None:
             records.append(done)
@@ -202,7 +220,8 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
             continue
         split_name, metric = scored[cell.target.label]
         t0 = time.perf_counter()
-        metrics = engine.execute(engine.prepare(spec, resume=True), cell.run_dir(output))
+        run_dir = cell.run_dir(output, spec.seed)
+        metrics = engine.execute(engine.prepare(spec, resume=True), run_dir)
         if metric not in metrics.get(split_name, {}):
             raise SpecError(f"task {cell.target.name!r} reported no {split_name}/{metric} "
                             f"(got {sorted(metrics.get(split_name, {}))})")
@@ -210,8 +229,8 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
                   "split": split_name, "metric": metric, "value": float(metrics[split_name][metric]),
                   "metrics": {k: v for k, v in metrics.items() if k != "train"},
                   "seconds": round(time.perf_counter() - t0, 2), "spec_hash": spec_hash,
-                  "run_dir": str(cell.run_dir(output))}
-        _write_json(cell.result_path(output), record)
+                  "run_dir": str(run_dir)}
+        _write_json(cell.result_path(output, spec.seed), record)
         records.append(record)
         result.executed.append(cell)
         report(f"{where}: {split_name} {metric} = {record['value']:.4f} ({record['seconds']:.0f}s, "

@@ -27,7 +27,7 @@ Cost, estimated from docs/results-history.md (one core): 5 retrainings x ~22 min
 (`--pilot`) runs every step at toy size (`--limit 16`, a few steps, 2 seeds) to check the commands.
 
 What was run on the 2-core CPU (`--evaluations hpo`; docs/results.md "KIMERA"): (a) only; steps 1-3 in full;
-arms no-mask (seeds 42-46), hard (42-46), random, hard-freeze and no-mask-freeze (42-44: `--repeats 3`); not run: (b).
+arms no-mask (seeds 42-46), hard (42-46), hard-freeze (42-46), random and no-mask-freeze (42-44: `--repeats 3`); not run: (b).
 
 Usage:
   python benchmarks/experiments/kimera.py                          # print the commands

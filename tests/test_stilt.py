@@ -226,6 +226,13 @@ def test_matrix_writes_grid_and_resumes_only_missing_cells(stilt_runs, tmp_path,
     assert all(p.stat().st_mtime_ns == t for p, t in kept.items())
     cell = mx.Cell(targets[0], inters[0], 0)  # what --dry-run lists: the legacy record holds seed 42, not 44
     assert mx.is_done(cell, out, 42) and mx.is_done(cell, out, 43) and not mx.is_done(cell, out, 44)
+    # --dry-run lists the seeds a real run would use, --set seed= included
+    listing = CliRunner().invoke(app, [*args, "--targets", "b", "--intermediates", "a", "--dry-run",
+                                       "--set", "seed=43", "--seeds", "2"])
+    assert listing.exit_code == 0, listing.output
+    lines = [" ".join(line.split()) for line in listing.output.splitlines()]
+    assert "b <- a seed 43 done" in lines and "b <- a seed 44 to run" in lines
+    assert not any("seed 42" in line for line in lines)
 
 
 def test_matrix_rejects_unknown_tasks_before_running(tmp_path, tiny_model):

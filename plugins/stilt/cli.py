@@ -61,9 +61,10 @@ def matrix(targets: str = typer.Option(..., "--targets", help="Target tasks, com
             base[key] = str(value)
     if dry_run:
         cells = mx.plan_cells(target_defs, inter_defs, seeds)
-        done = [mx.is_done(cell, output, seed + cell.seed_index) for cell in cells]
-        for cell, finished in zip(cells, done):
-            console.print(f"{cell.target.label:<16} <- {cell.column:<16} seed {seed + cell.seed_index}  "
+        cell_seeds = [mx.cell_spec(cell, base, list(sets or [])).seed for cell in cells]  # as a real run (--set seed=)
+        done = [mx.is_done(cell, output, cell_seed) for cell, cell_seed in zip(cells, cell_seeds)]
+        for cell, cell_seed, finished in zip(cells, cell_seeds, done):
+            console.print(f"{cell.target.label:<16} <- {cell.column:<16} seed {cell_seed}  "
                           f"{'[green]done[/]' if finished else 'to run'}")
         console.print(f"{len(cells)} cells, {sum(done)} done")
         return

@@ -17,9 +17,11 @@ smaller limit. Costs and the pilot's numbers: docs/results-history.md, "DoKTra".
 What was run on the 2-core CPU (`--cpu`; docs/results.md "DoKTra: does it work?"): HoC only, at its
 recommended settings (1 epoch, lr 1e-4, head lr 2e-2) for the teacher and the student fine-tuning, the paper's
 HoC betas (beta1 = beta2 = 0), student = minilm's first 3 layers, distillation 2 epochs at lr 5e-5 (gamma 0.9:
-1 epoch of ABD, 1 of refinement), seeds 42-43 (`--repeats 2`; the two seeds ran as two `--seed` runs on the
-two cores, into the same `seed-N` folders); variants doktra and kd, plus the student-ft runs
-(the same stages as inside them, cached) so that `kinject compare` can pair all three.
+1 epoch of ABD, 1 of refinement), seeds 42-44 (seeds 42-43 as two `--seed` runs on the two cores, seed 44 in a
+later session, each into its `seed-N` folder: the same runs as `--repeats 3`); variants doktra and kd, plus the
+student-ft runs (the same stages as inside them, cached) so that `kinject compare` can pair all three, and
+`student-ft-3ep`, the budget control: the student fine-tuned with CE alone for 3 epochs, as many passes over the
+data as student-ft + distillation.
 
 Usage:
   python benchmarks/experiments/doktra.py --cpu [--run]   # the CPU experiment above
@@ -60,13 +62,15 @@ def command(task: str, student: str, variant: str, seed: int, limit: int, epochs
 
 
 def cpu(out: str) -> list[list[str]]:
-    """HoC, 2 seeds: student-ft vs DoKTra vs KD, paired (see the module docstring)."""
-    base = ["kinject", "run", "doktra", "--task", "hoc", *STUDENTS["minilm3"], "--seed", "42", "--repeats", "2",
+    """HoC, 3 seeds: student-ft vs DoKTra vs KD vs the 3-epoch budget control, paired (see the module docstring)."""
+    base = ["kinject", "run", "doktra", "--task", "hoc", *STUDENTS["minilm3"], "--seed", "42", "--repeats", "3",
             "--set", "strategy.teacher=minilm", "--set", "strategy.beta1=0", "--set", "strategy.beta2=0",
             "--set", "strategy.distill_training.epochs=2", "--set", "strategy.distill_training.learning_rate=5e-5"]
     runs = {v: f"{out}/doktra-hoc-{v}" for v in ("doktra", "kd", "student-ft")}
-    return [[*base, "--set", f"strategy.variant={v}", "-o", path] for v, path in runs.items()] + \
-        [["kinject", "compare", runs["student-ft"], runs["doktra"], runs["kd"]]]
+    control = ["kinject", "run", "finetune", "--task", "hoc", *STUDENTS["minilm3"], "--set", "training.epochs=3",
+               "--seed", "42", "--repeats", "3", "-o", f"{out}/student-ft-3ep"]
+    return [[*base, "--set", f"strategy.variant={v}", "-o", path] for v, path in runs.items()] + [control] + \
+        [["kinject", "compare", runs["student-ft"], runs["doktra"], runs["kd"], f"{out}/student-ft-3ep"]]
 
 
 def grid(out: str, pilot: bool) -> list[list[str]]:

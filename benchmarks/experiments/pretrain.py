@@ -19,13 +19,19 @@ the all-O majority's 0); HoC 2 epochs (1,514 steps; at 300 steps the baseline pr
 
 What was run on the 2-core CPU (`--cpu`; docs/results.md "Domain pretraining: does it work?"), smaller still
 (the first CPU plan, 1,000 MLM steps of 32 plus 1,500 head steps for the control, measured at ~4 s per head step
-of 32 on one core: ~3.5 h, more than the session had): the vocabulary step as above; continual MLM of minilm for
-300 steps of 16 x 128 tokens (0.6M tokens, ~7% of an epoch) after a 200-step head fit, and a head-only control
-(the head fitted for 500 steps on the frozen encoder, the same number of steps, 1 MLM step after it) so the
-perplexity drop can be split into head and encoder; the continual model vs minilm fine-tuned on NCBI-disease at
-its recommended settings, seeds 42-44. Not run on the CPU: HoC, and the from-scratch vocabulary comparison
-(`scratch_cpu`: a 2-layer, 128-wide encoder, 1,000 steps of 32 x 128, lr 6e-4, in-domain vs minilm's
-vocabulary, NCBI-disease, 3 seeds). bfloat16 autocast where the CPU has it (the default).
+of 32 on one core: ~3.5 h, more than a session had):
+- the vocabulary step as above;
+- continual MLM of minilm for 300 steps of 16 x 128 tokens (0.6M tokens, ~7% of an epoch) after a 200-step head
+  fit, and a head-only control (the head fitted for 500 steps on the frozen encoder, the same number of steps,
+  1 MLM step after it) so the perplexity drop can be split into head and encoder;
+- the continual model vs minilm fine-tuned at each task's recommended settings, seeds 42-44: NCBI-disease through
+  `kinject run pretrain --task` (which pretrained its own copy of the continual stages), BC5-disease and HoC by
+  fine-tuning the continual run's `model/` directly (`kinject run finetune --model DIR`: the very model whose
+  perplexity is reported);
+- from scratch at the same compute (a 2-layer, 128-wide encoder, 1,000 steps of 32 x 128, lr 6e-4; ~8 min of one
+  core), the in-domain vocabulary vs minilm's, each pretrained with 3 seeds (`mlm_seed` 0-2: initialisation,
+  masking and order) and each pretrained model fine-tuned on NCBI-disease with seeds 42-44.
+bfloat16 autocast where the CPU has it (the default).
 
 Usage:
   python benchmarks/experiments/pretrain.py --cpu [--run]   # the CPU experiment above
@@ -63,11 +69,14 @@ def cpu_continual(mlm_steps: int, head_steps: int) -> list[str]:
 
 CPU_CONTINUAL = cpu_continual(300, 200)
 CPU_HEAD_ONLY = cpu_continual(1, 500)  # the same 500 steps, all of them on the head
-CPU_TASKS = ("ncbi-disease",)
+CPU_TASKS = ("ncbi-disease",)  # through `kinject run pretrain --task`
+CPU_FINETUNE_TASKS = ("bc5disease", "hoc")  # the continual run's model/, fine-tuned directly
 CPU_SCRATCH = ["--model", "minilm", "--set", "strategy.init=scratch", "--set", "strategy.max_length=128",
                "--set", "strategy.scratch.layers=2", "--set", "strategy.scratch.hidden=128",
                "--set", "strategy.scratch.heads=2", "--set", "strategy.mlm_steps=1000",
                "--set", "strategy.mlm_batch_size=32", "--set", "strategy.mlm_learning_rate=6e-4"]
+CPU_SCRATCH_SEEDS = (0, 1, 2)  # mlm_seed: the pretraining replicates
+SEEDED = ["--seed", "42", "--repeats", str(SEEDS), "--set", "training.bf16=true"]
 
 
 def cpu(out: str) -> list[list[str]]:
@@ -85,17 +94,28 @@ def cpu(out: str) -> list[list[str]]:
         commands.append(["kinject", "run", "finetune", "--task", task, "--model", "minilm", "--seed", "42",
                          "--repeats", str(SEEDS), "-o", f"{out}/finetune-{task}"])  # the same baseline stages
         commands.append(["kinject", "compare", f"{out}/finetune-{task}", f"{out}/continual-{task}"])
-    return commands
+    for task in CPU_FINETUNE_TASKS:
+        for label, model in (("finetune", "minilm"), ("continual", f"{out}/continual/model")):
+            commands.append(["kinject", "run", "finetune", "--task", task, "--model", model, *SEEDED,
+                             "-o", f"{out}/{label}-{task}"])
+        commands.append(["kinject", "compare", f"{out}/finetune-{task}", f"{out}/continual-{task}"])
+    return commands + scratch_cpu(out)
 
 
 def scratch_cpu(out: str) -> list[list[str]]:
-    """The from-scratch vocabulary comparison at CPU size (written, not run: see the module docstring)."""
+    """From scratch, in-domain vs minilm's vocabulary at the same compute: 3 pretraining seeds x 3 fine-tuning seeds
+    on NCBI-disease, compared per pretraining seed (run dirs ``scratch-<vocab>[-m<seed>]``)."""
     commands = []
-    for vocabulary in ("keep", "train"):
-        commands.append(["kinject", "run", "pretrain", "--task", "ncbi-disease", *CPU_SCRATCH,
-                         "--set", f"strategy.vocab={vocabulary}", "--seed", "42", "--repeats", str(SEEDS),
-                         "-o", f"{out}/scratch-{vocabulary}-ncbi-disease"])
-    commands.append(["kinject", "compare", f"{out}/scratch-keep-ncbi-disease", f"{out}/scratch-train-ncbi-disease"])
+    for mlm_seed in CPU_SCRATCH_SEEDS:
+        suffix = f"-m{mlm_seed}" if mlm_seed else ""
+        for vocabulary in ("keep", "train"):
+            run = f"{out}/scratch-{vocabulary}{suffix}"
+            commands.append(["kinject", "run", "pretrain", *CPU_SCRATCH, "--set", f"strategy.vocab={vocabulary}",
+                             "--set", f"strategy.mlm_seed={mlm_seed}", "-o", run])
+            commands.append(["kinject", "run", "finetune", "--task", "ncbi-disease", "--model", f"{run}/model",
+                             *SEEDED, "-o", f"{run}-ncbi-disease"])
+        commands.append(["kinject", "compare", f"{out}/scratch-keep{suffix}-ncbi-disease",
+                         f"{out}/scratch-train{suffix}-ncbi-disease"])
     return commands
 
 

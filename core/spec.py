@@ -76,6 +76,27 @@ class TrainingSpec(StrictModel):
         return self.model_copy(update={"limit": None, "eval_splits": None})
 
 
+class TrainingOverrides(StrictModel):
+    """Training settings of one stage that differ from the run's `training` (unset: the run's value): a
+    strategy's per-stage budget (STILT's intermediate tasks, DoKTra's teacher and distillation stages)."""
+
+    epochs: float | None = Field(None, gt=0, description="Training epochs.")
+    max_steps: int | None = Field(None, description="Optimiser steps (-1: use epochs).")
+    learning_rate: float | None = Field(None, gt=0, description="Peak learning rate.")
+    head_learning_rate: float | None = Field(None, gt=0, description="Peak learning rate of the new task head.")
+    batch_size: int | None = Field(None, ge=1, description="Training batch size.")
+    warmup_ratio: float | None = Field(None, ge=0, le=1, description="Fraction of steps for linear warm-up.")
+    weight_decay: float | None = Field(None, ge=0, description="AdamW weight decay.")
+
+    def set_fields(self) -> dict[str, Any]:
+        """The fields given a value here."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+    def apply(self, base: TrainingSpec) -> TrainingSpec:
+        """``base`` with the fields set here replaced, as a training stage holds it."""
+        return TrainingSpec.model_validate({**base.for_training().model_dump(), **self.set_fields()})
+
+
 def resolve_precision(spec: "RunSpec") -> "RunSpec":
     """``spec`` with ``training.bf16`` decided when unset (:func:`kinject.training.native_bf16`), so that every
     stage key holds the precision actually used."""

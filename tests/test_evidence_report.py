@@ -152,3 +152,20 @@ def test_metrics_markdown_tables_nested_values_per_seed(tmp_path):
     assert row[3].startswith("0.0600 ± ") and row[4] == "-"
     top = metrics_markdown([str(tmp_path / "a")], None, ["comparison/n"])
     assert "| 4 (4.000, 4.000) |" in top  # a count: shown whole, then per seed
+
+
+def test_results_manifest_and_page_name_the_same_blocks():
+    """Every block docs/results.yaml lists has its markers in docs/results.md, and every marked block is listed
+    (a block without markers fails the page's regeneration; markers without a block keep stale numbers)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    listed = set((yaml.safe_load((docs / "results.yaml").read_text())["blocks"]))
+    page = (docs / "results.md").read_text()
+    opened = re.findall(r"^<!-- generated:([\w.-]+) -->$", page, re.M)
+    closed = re.findall(r"^<!-- /generated:([\w.-]+) -->$", page, re.M)
+    assert len(opened) == len(set(opened)) and sorted(opened) == sorted(closed)
+    assert set(opened) == listed

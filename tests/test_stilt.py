@@ -111,13 +111,15 @@ def test_training_overrides_reach_only_the_intermediate_stage(tmp_path, tiny_mod
     from kinject.spec import build_spec
 
     folder = write_textcls(tmp_path / "e", n_train=4, n_eval=2)
-    inter = [{"name": "textcls", "path": str(folder), "training": {"learning_rate": 0.5}}]
+    inter = [{"name": "textcls", "path": str(folder), "training": {"learning_rate": 0.5, "head_learning_rate": 0.25}}]
     run = engine.prepare(build_spec(spec_data(folder, inter, cache_dir, tiny_model, training={"epochs": 2})))
     stages = {p.stage.name: p.stage for p in engine.plan(run)}
     assert list(stages) == ["intermediate-1-textcls", "finetune", "evaluate"]
     assert stages["intermediate-1-textcls"].config.training.learning_rate == 0.5
+    assert stages["intermediate-1-textcls"].config.training.head_learning_rate == 0.25  # its own head's rate
     assert stages["intermediate-1-textcls"].config.training.epochs == 2
     assert stages["finetune"].config.training.learning_rate == FAST["learning_rate"]
+    assert stages["finetune"].config.training.head_learning_rate != 0.25
     assert stages["finetune"].inputs == ("intermediate-1-textcls",)
 
 

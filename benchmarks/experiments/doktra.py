@@ -21,10 +21,16 @@ HoC betas (beta1 = beta2 = 0), student = minilm's first 3 layers, distillation 2
 later session, each into its `seed-N` folder: the same runs as `--repeats 3`); variants doktra and kd, plus the
 student-ft runs (the same stages as inside them, cached) so that `kinject compare` can pair all three, and
 `student-ft-3ep`, the budget control: the student fine-tuned with CE alone for 3 epochs, as many passes over the
-data as student-ft + distillation.
+data as student-ft + distillation; then the same with the `tiny` student (`doktra-hoc-tiny-*`, `tiny-ft-3ep`).
+
+What was run on the lent H100 (`--gpu`; docs/results.md "DoKTra on a GPU"): ChemProt (beta1 0.3, beta2 0.5) and
+DDI (0.3, 0.7), full data at the tasks' recommended settings (1 epoch, lr 1e-4, head lr 2e-2) for the teacher and
+the student fine-tuning, the 3-layer student, distillation 2 epochs at lr 5e-5, seeds 42-44: student-ft, doktra,
+kd and the 3-epoch control per seed.
 
 Usage:
   python benchmarks/experiments/doktra.py --cpu [--run]   # the CPU experiment above
+  python benchmarks/experiments/doktra.py --gpu [--run]   # the GPU experiment above
   python benchmarks/experiments/doktra.py                 # print the grid's commands
   python benchmarks/experiments/doktra.py --run           # run them one after another
   python benchmarks/experiments/doktra.py --pilot --run   # the pilot cell (ChemProt, seed 42, --limit 1000)
@@ -69,13 +75,37 @@ def cpu(out: str) -> list[list[str]]:
     runs = {v: f"{out}/doktra-hoc-{v}" for v in ("doktra", "kd", "student-ft")}
     control = ["kinject", "run", "finetune", "--task", "hoc", *STUDENTS["minilm3"], "--set", "training.epochs=3",
                "--seed", "42", "--repeats", "3", "-o", f"{out}/student-ft-3ep"]
+    tiny = [[*base[:5], *STUDENTS["tiny"], *base[9:], "--set", f"strategy.variant={v}", "-o",
+             f"{out}/doktra-hoc-tiny-{v}"] for v in ("student-ft", *VARIANTS)]
+    tiny_control = ["kinject", "run", "finetune", "--task", "hoc", *STUDENTS["tiny"], "--set", "training.epochs=3",
+                    "--seed", "42", "--repeats", "3", "-o", f"{out}/tiny-ft-3ep"]
     return [[*base, "--set", f"strategy.variant={v}", "-o", path] for v, path in runs.items()] + [control] + \
-        [["kinject", "compare", runs["student-ft"], runs["doktra"], runs["kd"], f"{out}/student-ft-3ep"]]
+        [["kinject", "compare", runs["student-ft"], runs["doktra"], runs["kd"], f"{out}/student-ft-3ep"]] + \
+        tiny + [tiny_control]
+
+
+def gpu(out: str) -> list[list[str]]:
+    """ChemProt and DDI (the paper's non-zero betas), 3-layer minilm student, full data at the tasks' recommended
+    settings, seeds 42-44 (one `--seed` run per folder: the seeds ran concurrently on the lent H100)."""
+    commands = []
+    for task, beta1, beta2 in (("chemprot", 0.3, 0.5), ("ddi", 0.3, 0.7)):
+        for seed in SEEDS:
+            base = ["kinject", "run", "doktra", "--task", task, *STUDENTS["minilm3"], "--seed", str(seed),
+                    "--set", "strategy.teacher=minilm", "--set", f"strategy.beta1={beta1}",
+                    "--set", f"strategy.beta2={beta2}", "--set", "strategy.distill_training.epochs=2",
+                    "--set", "strategy.distill_training.learning_rate=5e-5"]
+            commands += [[*base, "--set", f"strategy.variant={v}", "-o", f"{out}/doktra-{task}-{v}/seed-{seed}"]
+                         for v in ("student-ft", *VARIANTS)]
+            commands.append(["kinject", "run", "finetune", "--task", task, *STUDENTS["minilm3"], "--set",
+                             "training.epochs=3", "--seed", str(seed), "-o", f"{out}/student-ft-3ep-{task}/seed-{seed}"])
+    return commands
 
 
 def grid(out: str, pilot: bool) -> list[list[str]]:
     if os.environ.get("KINJECT_EXPERIMENT") == "cpu":
         return cpu(out)
+    if os.environ.get("KINJECT_EXPERIMENT") == "gpu":
+        return gpu(out)
     if pilot:
         return [command("chemprot", "minilm3", v, 42, 1000, 4, 0.3, 0.5, out) for v in VARIANTS]
     return [command(task, student, variant, seed, *TASKS[task], out)
@@ -83,7 +113,8 @@ def grid(out: str, pilot: bool) -> list[list[str]]:
 
 
 if __name__ == "__main__":
-    if "--cpu" in sys.argv:
-        sys.argv.remove("--cpu")
-        os.environ["KINJECT_EXPERIMENT"] = "cpu"
+    for mode in ("cpu", "gpu"):
+        if f"--{mode}" in sys.argv:
+            sys.argv.remove(f"--{mode}")
+            os.environ["KINJECT_EXPERIMENT"] = mode
     main(__doc__, grid, "runs/doktra-exp")

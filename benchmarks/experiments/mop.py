@@ -22,10 +22,15 @@ sample of the HPO graph (adapters 1 epoch, lr 1e-3), against `finetune`, with tw
 seeds: the same fusion with untrained adapters (`adapter_max_steps=0`: capacity without knowledge) and the
 paper's shuffle control at R=1 (the same adapter training on random parts; random parts keep 25,073 of the
 100,000 triples vs METIS's 69,500, so R=1 also injects 2.8x fewer facts); then the same K=4 adapters (trained
-once, task-free keys) fused on BC5-disease at its recommended settings, seeds 42-44, against `finetune`.
+once, task-free keys) fused on BC5-disease at its recommended settings, seeds 42-44, against `finetune`; and on
+CAPR (MedQuAD, trained; [CLS] pooling, the pooling the adapters were trained with, so they are reused).
+
+What was run on the lent GPU (`--gpu`, docs/results.md "MoP on a GPU"): the full graph, K in {4, 8, 20},
+NCBI-disease, BC5-disease and HoC at their recommended settings, the K=20 shuffle and untrained controls.
 
 Usage:
   python benchmarks/experiments/mop.py --cpu [--run]    # the CPU experiment above
+  python benchmarks/experiments/mop.py --gpu [--run]    # the GPU experiment above
   python benchmarks/experiments/mop.py                  # print the grid's commands
   python benchmarks/experiments/mop.py --run            # run them one after another
   python benchmarks/experiments/mop.py --compare        # print the `kinject compare` commands of the grid
@@ -130,6 +135,33 @@ def cpu(out: str) -> list[list[str]]:
                           "-o", runs[1]],
                          [*mop, "--set", "strategy.shuffle=1.0", "-o", runs[2]]]
         commands.append(["kinject", "compare", f"{out}/finetune-{task}", *runs])
+    capr = ["--task", "capr", "--set", "task.dataset=medquad", "--set", "task.setting=trained",
+            "--set", "task.max_train_queries=500", "--set", "training.epochs=2", "--set", "training.learning_rate=1e-4",
+            "--set", "training.head_learning_rate=0.01", "--set", "training.eval_splits=[test]", "--model", "minilm",
+            "--set", "model.pooling=cls", "--seed", "42", "--repeats", "3", "--set", "training.bf16=true"]
+    commands += [["kinject", "run", "finetune", *capr, "-o", f"{out}/finetune-capr"],
+                 ["kinject", "run", "mop", *capr, *KNOWLEDGE, *KG_SAMPLE, "--set", "strategy.partitions=4",
+                  "--set", "strategy.shuffle=0.0", "-o", f"{out}/mop-capr-k4"],
+                 ["kinject", "compare", f"{out}/finetune-capr", f"{out}/mop-capr-k4"]]
+    return commands
+
+
+def gpu(out: str) -> list[list[str]]:
+    """What ran on the lent H100 (docs/results.md "MoP on a GPU"): the full HPO graph, K in {4, 8, 20} on
+    NCBI-disease, BC5-disease and HoC at their recommended settings, the shuffle control at K=20 (R = 0.5, 1) and
+    K=20 with untrained adapters on NCBI-disease, seeds 42-44; one `finetune` run per task is the paired baseline
+    (`strategy.baseline=false`: the MoP runs ran concurrently, so none trains its own copy of it)."""
+    base = ["--model", "minilm", "--seed", "42", "--repeats", "3", "--set", "training.bf16=true"]
+    knowledge = [*KNOWLEDGE, "--set", "strategy.baseline=false"]
+    commands = [["kinject", "run", "finetune", *base, "--task", t, "-o", f"{out}/finetune-{t}"]
+                for t in ("ncbi-disease", "bc5disease", "hoc")]
+    cells = [(t, k, 0.0, ()) for k in PARTS for t in ("ncbi-disease", "bc5disease", "hoc")]
+    cells += [("ncbi-disease", 20, r, ()) for r in SHUFFLES]
+    cells += [("ncbi-disease", 20, 0.0, ("--set", "strategy.adapter_max_steps=0"))]
+    for task, k, r, extra in cells:
+        path = f"{out}/{name(task, k, r)}" + ("-untrained" if extra else "")
+        commands.append(["kinject", "run", "mop", *base, "--task", task, *knowledge, "--set", f"strategy.partitions={k}",
+                         "--set", f"strategy.shuffle={r}", *extra, "-o", path])
     return commands
 
 
@@ -139,9 +171,10 @@ def main() -> None:
     parser.add_argument("--pilot", action="store_true", help="only the pilot cell")
     parser.add_argument("--compare", action="store_true", help="the `kinject compare` commands of the grid")
     parser.add_argument("--cpu", action="store_true", help="the experiment run on the 2-core CPU")
+    parser.add_argument("--gpu", action="store_true", help="the experiment run on the lent GPU")
     parser.add_argument("--out", default="runs/mop-exp", help="parent folder of the run directories")
     args = parser.parse_args()
-    commands = (cpu(args.out) if args.cpu else compare_commands(args.out) if args.compare else
+    commands = (cpu(args.out) if args.cpu else gpu(args.out) if args.gpu else compare_commands(args.out) if args.compare else
                 pilot(args.out) if args.pilot else grid(args.out))
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     for cmd in commands:

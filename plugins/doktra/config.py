@@ -3,12 +3,12 @@ per-stage training budgets and the calibration report."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from kinject.interfaces import PluginConfig
-from kinject.spec import TrainingSpec
+from kinject.spec import TrainingOverrides
 
 Variant = Literal["doktra", "student-ft", "kd", "no-ctt", "no-abd", "cp-only"]
 
@@ -16,22 +16,6 @@ Variant = Literal["doktra", "student-ft", "kd", "no-ctt", "no-abd", "cp-only"]
 OBJECTIVES: dict[str, str] = {"doktra": "abd", "no-ctt": "abd", "kd": "kd", "no-abd": "none"}
 #: variants whose distillation reads a teacher
 NEEDS_TEACHER = ("doktra", "no-ctt", "kd")
-
-
-class StageTraining(PluginConfig):
-    """Training settings of one DoKTra stage that differ from the run's `training` (unset: the run's value)."""
-
-    epochs: float | None = Field(None, gt=0, description="Training epochs.")
-    max_steps: int | None = Field(None, description="Optimiser steps (-1: use epochs).")
-    learning_rate: float | None = Field(None, gt=0, description="Peak learning rate.")
-    batch_size: int | None = Field(None, ge=1, description="Training batch size.")
-    warmup_ratio: float | None = Field(None, ge=0, le=1, description="Fraction of steps for linear warm-up.")
-    weight_decay: float | None = Field(None, ge=0, description="AdamW weight decay.")
-
-    def apply(self, base: TrainingSpec) -> TrainingSpec:
-        """``base`` with the fields set here replaced (as a training stage holds it)."""
-        changes: dict[str, Any] = {k: v for k, v in self.model_dump().items() if v is not None}
-        return TrainingSpec.model_validate({**base.for_training().model_dump(), **changes})
 
 
 class DoktraConfig(PluginConfig):
@@ -69,9 +53,9 @@ class DoktraConfig(PluginConfig):
                             "1 - kd_alpha goes to the task loss.")
     teacher_cache: bool = Field(True, description="Compute the frozen teacher's [CLS] and logits once per example "
                                 "(stage doktra-teacher-outputs) instead of running the teacher on every batch.")
-    teacher_training: StageTraining = Field(default_factory=StageTraining, description="Teacher (CTT) budget; "
+    teacher_training: TrainingOverrides = Field(default_factory=TrainingOverrides, description="Teacher (CTT) budget; "
                                             "the paper: lr 2e-5, 3-10 epochs, no warm-up.")
-    distill_training: StageTraining = Field(default_factory=StageTraining, description="Distillation + refinement "
+    distill_training: TrainingOverrides = Field(default_factory=TrainingOverrides, description="Distillation + refinement "
                                             "budget; the paper: 10 epochs, lr 6e-6 to 1e-5.")
     ece_bins: int = Field(15, ge=1, le=1000, description="Equal-width confidence bins of the ECE and the "
                           "reliability diagrams.")

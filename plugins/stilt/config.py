@@ -7,18 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kinject.interfaces import PluginConfig
-
-
-class TrainingOverrides(PluginConfig):
-    """Training settings that differ on the intermediate stages (unset: the run's `training` value)."""
-
-    epochs: float | None = Field(None, gt=0, description="Training epochs on the intermediate task.")
-    max_steps: int | None = Field(None, description="Optimiser steps on the intermediate task (-1: use epochs).")
-    learning_rate: float | None = Field(None, gt=0, description="Peak learning rate on the intermediate task.")
-    batch_size: int | None = Field(None, ge=1, description="Training batch size on the intermediate task.")
-
-    def set_fields(self) -> dict[str, Any]:
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+from kinject.spec import TrainingOverrides
 
 
 class IntermediateSpec(BaseModel):

@@ -14,8 +14,8 @@ from typing import ClassVar
 
 from kinject.errors import DataError, DataMissingError, SpecError, UnknownNameError
 from kinject.interfaces import Stage, Strategy, Task, TaskGroup
-from kinject.plugins.stilt.config import IntermediateSpec, StiltConfig, TrainingOverrides
-from kinject.spec import PluginRef, TrainingSpec, validate_plugin_config
+from kinject.plugins.stilt.config import IntermediateSpec, StiltConfig
+from kinject.spec import PluginRef, TrainingOverrides, TrainingSpec, validate_plugin_config
 
 
 def build_intermediate_task(spec: IntermediateSpec, field: str) -> Task:

@@ -105,6 +105,10 @@ def test_stage_plans(tmp_path, tiny_model, textcls_dir):
     # the head fit (the base vocabulary) is one stage whatever the run's vocabulary and init
     continual = {p.stage.name: p.key for p in plan(prepare(spec(tmp_path, corpus, task)))}
     assert {p.stage.name: p.key for p in plan(run)}["pretrain-head"] == continual["pretrain-head"]
+    # ... and whatever the pretraining seed: another mlm_seed is another MLM stage on the same head fit
+    reseeded = {p.stage.name: p.key for p in plan(prepare(spec(tmp_path, corpus, task, mlm_seed=1)))}
+    assert reseeded["pretrain-head"] == continual["pretrain-head"]
+    assert reseeded["pretrain-mlm"] != continual["pretrain-mlm"]
     assert stages["pretrain-finetune"].config.init_from == "pretrain-mlm"
     exclude = stages["pretrain-corpus"].config.exclude
     assert [ref.name for ref in exclude] == ["textcls"] and exclude[0].limit is None

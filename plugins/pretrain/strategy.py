@@ -22,6 +22,9 @@ from .config import PretrainConfig
 from .stages import (CorpusStageConfig, MaskingConfig, MlmConfig, PackConfig, PerplexityConfig, ReportConfig,
                      VocabConfig, corpus_body, mlm_body, pack_body, perplexity_body, report_body, vocab_body)
 
+#: seed of the MLM head fit (pretrain-head): fixed, not mlm_seed, so pretraining seeds share one head stage
+HEAD_SEED = 0
+
 
 class PretrainStrategy(Strategy):
     """Domain pretraining: in-domain corpus and vocabulary, whole-word-masking MLM (scratch or continual)."""
@@ -134,7 +137,7 @@ class PretrainStrategy(Strategy):
         return self.__dict__["needs_head"]
 
     def _mlm_config(self, run, mode: str, steps: int, learning_rate: float, batch_size: int, pack: str,
-                    vocab_stage: str | None, start_stage: str | None) -> MlmConfig:
+                    vocab_stage: str | None, start_stage: str | None, seed: int) -> MlmConfig:
         cfg, training = self.config, run.spec.training
         spec = training.for_training().model_copy(update=dict(
             epochs=1.0, max_steps=steps, learning_rate=learning_rate, batch_size=batch_size,
@@ -145,7 +148,7 @@ class PretrainStrategy(Strategy):
         scratch = cfg.scratch.model_dump() if mode == "scratch" else {}
         return MlmConfig(model=self.base_ref(run), mode=mode, scratch=scratch,
                          vocab_stage=vocab_stage, start_stage=start_stage, pack_stage=pack,
-                         max_length=self.max_length(run), training=spec, seed=cfg.mlm_seed,
+                         max_length=self.max_length(run), training=spec, seed=seed,
                          masking=MaskingConfig(probability=cfg.mlm_probability, mask_replace=cfg.mask_replace,
                                                random_replace=cfg.random_replace))
 
@@ -188,14 +191,15 @@ class PretrainStrategy(Strategy):
             stages.append(Stage(name=pack, body=pack_body, inputs=("pretrain-corpus", vocab),
                                 config=PackConfig(vocab_stage=vocab, max_length=max_length)))
         if head:
+            # seeded apart from mlm_seed: every pretraining seed starts from (and is measured against) one head fit
             stages.append(Stage(name=head, body=mlm_body, inputs=("pretrain-pack",), config=self._mlm_config(
                 run, "head", cfg.head_steps, cfg.head_learning_rate, cfg.head_batch_size, "pretrain-pack", None,
-                None)))
+                None, seed=HEAD_SEED)))
         start = head if cfg.init == "continual" else None
         stages.append(Stage(name="pretrain-mlm", body=mlm_body, produces_model=True,
                             inputs=tuple(s for s in (pack, vocab, start) if s),
                             config=self._mlm_config(run, cfg.init, cfg.mlm_steps, cfg.mlm_learning_rate,
-                                                    cfg.mlm_batch_size, pack, vocab, start)))
+                                                    cfg.mlm_batch_size, pack, vocab, start, seed=cfg.mlm_seed)))
         stages.append(Stage(name="pretrain-evaluate", body=perplexity_body,
                             inputs=tuple(s for s in ("pretrain-corpus", "pretrain-mlm", head) if s),
                             config=PerplexityConfig(reference=self.base_ref(run), reference_stage=head,

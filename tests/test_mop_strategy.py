@@ -241,7 +241,9 @@ def test_each_stage_is_keyed_by_its_own_code_only(tmp_path, textcls_dir, kg_file
     assert {mop + "scoring", mop + "analysis"} <= code["mop-analysis"]
 
 
-def test_zero_adapter_steps_leaves_the_adapters_untrained(tmp_path, textcls_dir, kg_file):
+def test_zero_adapter_steps_leaves_the_adapters_untrained(tmp_path, textcls_dir, kg_file, caplog):
+    import logging
+
     (tmp_path / "s0").mkdir()
     (tmp_path / "s2").mkdir()
     from safetensors.torch import load_file
@@ -249,7 +251,10 @@ def test_zero_adapter_steps_leaves_the_adapters_untrained(tmp_path, textcls_dir,
     dirs = {}
     for steps in (0, 2):
         run = prepared(tmp_path / f"s{steps}", textcls_dir, kg_file, adapter_max_steps=steps)
-        dirs[steps] = run_stages(run, {"mop-partition", "mop-adapter-0"})["mop-adapter-0"]
+        with caplog.at_level(logging.WARNING, logger="kinject"):
+            dirs[steps] = run_stages(run, {"mop-partition", "mop-adapter-0"})["mop-adapter-0"]
+    untrained_warnings = [r.getMessage() for r in caplog.records if "stays untrained" in r.getMessage()]
+    assert untrained_warnings == ["mop-adapter-0: partition 0: adapter_max_steps is 0; its adapter stays untrained"]
     stats = json.loads((dirs[0] / "adapter.json").read_text())
     assert stats["train"] == {} and stats["train_rows"] > 0 and stats["base_unchanged"]
     untrained, trained = (load_file(str(d / "adapter" / "adapter.safetensors")) for d in (dirs[0], dirs[2]))

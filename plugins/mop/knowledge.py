@@ -265,7 +265,7 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
                       resume=ctx.resume)
     else:
         log.warning("%s: partition %d: %s; its adapter stays untrained", ctx.name, cfg.part,
-                    "no training triples" if train_features else "adapter_max_steps is 0")
+                    "adapter_max_steps is 0" if train_features else "no training triples")
     after = base_digest(encoder)
     if after != before:
         raise RuntimeError(f"{ctx.name}: adapter training changed base-model weights")

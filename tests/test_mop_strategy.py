@@ -257,6 +257,20 @@ def test_zero_adapter_steps_leaves_the_adapters_untrained(tmp_path, textcls_dir,
     assert untrained_warnings == ["mop-adapter-0: partition 0: adapter_max_steps is 0; its adapter stays untrained"]
     stats = json.loads((dirs[0] / "adapter.json").read_text())
     assert stats["train"] == {} and stats["train_rows"] > 0 and stats["base_unchanged"]
+    # next to the adapter's held-out accuracy: the tail prior's, and how many classes it ever ranks first
+    assert set(stats["heldout_prior"]) == {"accuracy@1", "accuracy@10"}
+    assert 0 <= stats["heldout_prior"]["accuracy@1"] <= stats["heldout_prior"]["accuracy@10"] <= 1
+    assert 1 <= stats["heldout"]["distinct_top1"] <= min(stats["classes"], stats["heldout_rows"])
     untrained, trained = (load_file(str(d / "adapter" / "adapter.safetensors")) for d in (dirs[0], dirs[2]))
     assert untrained.keys() == trained.keys()
     assert any(not (untrained[k] == trained[k]).all() for k in untrained)  # same init (kg_seed), then trained
+
+
+def test_prior_accuracy_is_what_answering_the_most_frequent_training_tail_scores():
+    from kinject.plugins.mop.knowledge import prior_accuracy
+
+    train = [3, 3, 3, 1, 1, 0]  # frequency order 3, 1, 0, then the unseen 2
+    assert prior_accuracy(train, [3, 3, 1, 2], ks=(1, 2, 3, 4)) == {  # 2 never trained: ranked after the seen
+        "accuracy@1": 0.5, "accuracy@2": 0.75, "accuracy@3": 0.75, "accuracy@4": 1.0}
+    assert prior_accuracy(train, [2], ks=(1,)) == {"accuracy@1": 0.0}
+    assert prior_accuracy(train, [], ks=(1,))["accuracy@1"] != prior_accuracy(train, [], ks=(1,))["accuracy@1"]  # nan

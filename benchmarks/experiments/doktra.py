@@ -21,7 +21,8 @@ HoC betas (beta1 = beta2 = 0), student = minilm's first 3 layers, distillation 2
 later session, each into its `seed-N` folder: the same runs as `--repeats 3`); variants doktra and kd, plus the
 student-ft runs (the same stages as inside them, cached) so that `kinject compare` can pair all three, and
 `student-ft-3ep`, the budget control: the student fine-tuned with CE alone for 3 epochs, as many passes over the
-data as student-ft + distillation; then the same with the `tiny` student (`doktra-hoc-tiny-*`, `tiny-ft-3ep`).
+data as student-ft + distillation; then the `tiny` student (seed 42; it stayed all-negative) and two larger
+budgets for tiny fine-tuned alone (`pilot-tiny-*`: also all-negative).
 
 What was run on the lent H100 (`--gpu`; docs/results.md "DoKTra on a GPU"): ChemProt (beta1 0.3, beta2 0.5) and
 DDI (0.3, 0.7), full data at the tasks' recommended settings (1 epoch, lr 1e-4, head lr 2e-2) for the teacher and
@@ -75,13 +76,18 @@ def cpu(out: str) -> list[list[str]]:
     runs = {v: f"{out}/doktra-hoc-{v}" for v in ("doktra", "kd", "student-ft")}
     control = ["kinject", "run", "finetune", "--task", "hoc", *STUDENTS["minilm3"], "--set", "training.epochs=3",
                "--seed", "42", "--repeats", "3", "-o", f"{out}/student-ft-3ep"]
-    tiny = [[*base[:5], *STUDENTS["tiny"], *base[9:], "--set", f"strategy.variant={v}", "-o",
-             f"{out}/doktra-hoc-tiny-{v}"] for v in ("student-ft", *VARIANTS)]
-    tiny_control = ["kinject", "run", "finetune", "--task", "hoc", *STUDENTS["tiny"], "--set", "training.epochs=3",
-                    "--seed", "42", "--repeats", "3", "-o", f"{out}/tiny-ft-3ep"]
+    # the `tiny` student (seed 42 only: it stayed all-negative, F1 0, at every budget tried, so no grid was run)
+    tiny = [[*base[:5], *STUDENTS["tiny"], "--seed", "42", *base[13:], "--set", f"strategy.variant={v}", "-o",
+             f"{out}/doktra-hoc-tiny-{v}/seed-42"] for v in ("student-ft", *VARIANTS)]
+    tiny_budgets = [["kinject", "run", "finetune", "--task", "hoc", *STUDENTS["tiny"], *extra, "--seed", "42", "-o",
+                     f"{out}/pilot-tiny-{name}"] for name, extra in (
+        ("lr3e-3", ["--set", "training.epochs=5", "--set", "training.learning_rate=3e-3",
+                    "--set", "training.head_learning_rate=3e-3"]),
+        ("lr1e-2", ["--set", "model.max_length=256", "--set", "training.epochs=8",
+                    "--set", "training.learning_rate=1e-2", "--set", "training.head_learning_rate=1e-2"]))]
     return [[*base, "--set", f"strategy.variant={v}", "-o", path] for v, path in runs.items()] + [control] + \
         [["kinject", "compare", runs["student-ft"], runs["doktra"], runs["kd"], f"{out}/student-ft-3ep"]] + \
-        tiny + [tiny_control]
+        tiny + tiny_budgets
 
 
 def gpu(out: str) -> list[list[str]]:

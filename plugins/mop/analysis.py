@@ -12,10 +12,15 @@ import numpy as np
 def adapter_summary(stats: list[dict]) -> dict:
     """One row per partition adapter plus means, from each adapter stage's adapter.json."""
     rows = [{k: s.get(k) for k in ("part", "entities", "classes", "train_rows", "heldout_rows", "heldout",
-                                     "train_loss", "useful_token_fraction", "train_seconds", "base_unchanged")}
+                                     "heldout_prior", "train_loss", "useful_token_fraction", "train_seconds",
+                                     "base_unchanged")}
             for s in stats]
-    acc = [r["heldout"]["accuracy@1"] for r in rows if r["heldout"] and r["heldout"]["n"]]
+    scored = [r for r in rows if r["heldout"] and r["heldout"]["n"]]
+    acc = [r["heldout"]["accuracy@1"] for r in scored]
+    prior = [r["heldout_prior"]["accuracy@1"] for r in scored if r.get("heldout_prior")]
     return {"parts": rows, "mean_heldout_accuracy@1": float(np.mean(acc)) if acc else None,
+            # the same, answering the most frequent training tail for every input (no knowledge of the head)
+            "mean_heldout_prior_accuracy@1": float(np.mean(prior)) if prior else None,
             "all_base_weights_unchanged": all(r["base_unchanged"] for r in rows)}
 
 

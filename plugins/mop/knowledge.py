@@ -172,6 +172,7 @@ def ranking_accuracy(model: EntityPredictor, features: list[dict], collator, bat
     model.eval()
     device = next(model.parameters()).device
     hits = {k: 0 for k in ks}
+    top1: set[int] = set()
     for lo in range(0, len(features), batch_size):
         batch = collator(features[lo:lo + batch_size])
         labels = batch.pop("labels").to(device)
@@ -180,8 +181,21 @@ def ranking_accuracy(model: EntityPredictor, features: list[dict], collator, bat
         rank = (logits > gold).sum(1)  # 0 = gold scored highest
         for k in ks:
             hits[k] += int((rank < k).sum())
+        top1.update(logits.argmax(1).tolist())
     model.train(was_training)
-    return {f"accuracy@{k}": hits[k] / len(features) for k in ks} | {"n": len(features)}
+    # distinct_top1: how many classes the model ever ranks first (1 = the same answer for every input)
+    return {f"accuracy@{k}": hits[k] / len(features) for k in ks} | {"n": len(features), "distinct_top1": len(top1)}
+
+
+def prior_accuracy(train_labels: list[int], heldout_labels: list[int], ks: tuple[int, ...] = (1, 10)) -> dict:
+    """Accuracy@k of ranking the classes by their training frequency for every input: what an adapter that
+    learned only the tail prior (and ignores the head entity) scores."""
+    if not heldout_labels:
+        return {f"accuracy@{k}": float("nan") for k in ks}
+    counts = np.bincount(np.asarray(train_labels, dtype=np.int64)) if train_labels else np.zeros(1, dtype=np.int64)
+    order = np.argsort(-counts, kind="stable")
+    gold = np.asarray(heldout_labels, dtype=np.int64)
+    return {f"accuracy@{k}": float(np.isin(gold, order[:k]).mean()) for k in ks}
 
 
 # -- the stages: partition, one adapter per part ------------------------------------------------------------ #
@@ -270,12 +284,18 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     if after != before:
         raise RuntimeError(f"{ctx.name}: adapter training changed base-model weights")
     heldout = ranking_accuracy(model, heldout_features, collator, cfg.eval_batch_size)
+    prior = prior_accuracy([f["labels"] for f in train_features], [f["labels"] for f in heldout_features])
+    if stats and heldout_features and heldout["accuracy@1"] <= prior["accuracy@1"] + 0.005:
+        log.warning("%s: partition %d: held-out accuracy@1 %.3f is no better than always answering the most "
+                    "frequent training tail (%.3f; %d distinct top-1 answers): the adapter learned the tail prior, "
+                    "not the facts - train it longer or at another learning rate", ctx.name, cfg.part,
+                    heldout["accuracy@1"], prior["accuracy@1"], heldout["distinct_top1"])
     encoder.save_adapter(str(ctx.out / "adapter"), name, use_safetensors=True)
     save_file({"weight": model.head.weight.detach().contiguous(), "bias": model.head.bias.detach().contiguous(),
                "classes": torch.from_numpy(classes)}, str(ctx.out / "entity_head.safetensors"))
     summary = {"part": cfg.part, "adapter": name, "entities": int((parts == cfg.part).sum()),
                "classes": int(len(classes)), "triples": int(len(rows)), "train_rows": len(train_features),
-               "heldout_rows": len(heldout_features), "heldout": heldout,
+               "heldout_rows": len(heldout_features), "heldout": heldout, "heldout_prior": prior,
                "train_loss": stats.get("train_loss"), "useful_token_fraction": stats.get("useful_token_fraction"),
                "train_seconds": stats.get("train_runtime"), "train": stats,
                "base_sha256": after, "base_unchanged": after == before}

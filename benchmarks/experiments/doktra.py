@@ -22,7 +22,9 @@ later session, each into its `seed-N` folder: the same runs as `--repeats 3`); v
 student-ft runs (the same stages as inside them, cached) so that `kinject compare` can pair all three, and
 `student-ft-3ep`, the budget control: the student fine-tuned with CE alone for 3 epochs, as many passes over the
 data as student-ft + distillation; then the `tiny` student (seed 42; it stayed all-negative) and two larger
-budgets for tiny fine-tuned alone (`pilot-tiny-*`: also all-negative).
+budgets for tiny fine-tuned alone (`pilot-tiny-*`: also all-negative); then minilm's first layer alone
+(`model.layers=1`) as the weaker student, the same three runs and its 3-epoch control (seeds as separate `--seed`
+runs into `seed-N` folders, two lanes: the same runs as `--repeats 3`).
 
 What was run on the lent H100 (`--gpu`; docs/results.md "DoKTra on a GPU"): ChemProt (beta1 0.3, beta2 0.5) and
 DDI (0.3, 0.7), full data at the tasks' recommended settings (1 epoch, lr 1e-4, head lr 2e-2) for the teacher and
@@ -85,9 +87,15 @@ def cpu(out: str) -> list[list[str]]:
                     "--set", "training.head_learning_rate=3e-3"]),
         ("lr1e-2", ["--set", "model.max_length=256", "--set", "training.epochs=8",
                     "--set", "training.learning_rate=1e-2", "--set", "training.head_learning_rate=1e-2"]))]
+    # a weaker student that can learn HoC: minilm's first layer only (model.layers=1), the same runs and control
+    one_layer = [["kinject", "run", "doktra", "--task", "hoc", "--model", "minilm", "--set", "model.layers=1",
+                  *base[9:], "--set", f"strategy.variant={v}", "-o", f"{out}/doktra-hoc-l1-{v}"]
+                 for v in ("student-ft", *VARIANTS)]
+    one_layer.append(["kinject", "run", "finetune", "--task", "hoc", "--model", "minilm", "--set", "model.layers=1",
+                      "--set", "training.epochs=3", "--seed", "42", "--repeats", "3", "-o", f"{out}/student-l1-ft-3ep"])
     return [[*base, "--set", f"strategy.variant={v}", "-o", path] for v, path in runs.items()] + [control] + \
         [["kinject", "compare", runs["student-ft"], runs["doktra"], runs["kd"], f"{out}/student-ft-3ep"]] + \
-        tiny + tiny_budgets
+        tiny + tiny_budgets + one_layer
 
 
 def gpu(out: str) -> list[list[str]]:

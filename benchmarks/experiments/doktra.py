@@ -111,7 +111,8 @@ def gpu(out: str) -> list[list[str]]:
             commands += [[*base, "--set", f"strategy.variant={v}", "-o", f"{out}/doktra-{task}-{v}/seed-{seed}"]
                          for v in ("student-ft", *VARIANTS)]
             commands.append(["kinject", "run", "finetune", "--task", task, *STUDENTS["minilm3"], "--set",
-                             "training.epochs=3", "--seed", str(seed), "-o", f"{out}/student-ft-3ep-{task}/seed-{seed}"])
+                             "training.epochs=3", "--seed", str(seed),
+                             "-o", f"{out}/student-ft-3ep-{task}/seed-{seed}"])
     return commands
 
 

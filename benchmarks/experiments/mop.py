@@ -160,7 +160,8 @@ def gpu(out: str) -> list[list[str]]:
     cells += [("ncbi-disease", 20, 0.0, ("--set", "strategy.adapter_max_steps=0"))]
     for task, k, r, extra in cells:
         path = f"{out}/{name(task, k, r)}" + ("-untrained" if extra else "")
-        commands.append(["kinject", "run", "mop", *base, "--task", task, *knowledge, "--set", f"strategy.partitions={k}",
+        commands.append(["kinject", "run", "mop", *base, "--task", task, *knowledge,
+                         "--set", f"strategy.partitions={k}",
                          "--set", f"strategy.shuffle={r}", *extra, "-o", path])
     return commands
 
@@ -174,7 +175,8 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="the experiment run on the lent GPU")
     parser.add_argument("--out", default="runs/mop-exp", help="parent folder of the run directories")
     args = parser.parse_args()
-    commands = (cpu(args.out) if args.cpu else gpu(args.out) if args.gpu else compare_commands(args.out) if args.compare else
+    commands = (cpu(args.out) if args.cpu else gpu(args.out) if args.gpu else
+                compare_commands(args.out) if args.compare else
                 pilot(args.out) if args.pilot else grid(args.out))
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     for cmd in commands:

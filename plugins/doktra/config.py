@@ -53,10 +53,12 @@ class DoktraConfig(PluginConfig):
                             "1 - kd_alpha goes to the task loss.")
     teacher_cache: bool = Field(True, description="Compute the frozen teacher's [CLS] and logits once per example "
                                 "(stage doktra-teacher-outputs) instead of running the teacher on every batch.")
-    teacher_training: TrainingOverrides = Field(default_factory=TrainingOverrides, description="Teacher (CTT) budget; "
-                                            "the paper: lr 2e-5, 3-10 epochs, no warm-up.")
-    distill_training: TrainingOverrides = Field(default_factory=TrainingOverrides, description="Distillation + refinement "
-                                            "budget; the paper: 10 epochs, lr 6e-6 to 1e-5.")
+    teacher_training: TrainingOverrides = Field(
+        default_factory=TrainingOverrides, description="Teacher (CTT) budget; the paper: lr 2e-5, 3-10 epochs, "
+        "no warm-up.")
+    distill_training: TrainingOverrides = Field(
+        default_factory=TrainingOverrides, description="Distillation + refinement budget; the paper: 10 epochs, "
+        "lr 6e-6 to 1e-5.")
     ece_bins: int = Field(15, ge=1, le=1000, description="Equal-width confidence bins of the ECE and the "
                           "reliability diagrams.")
     analysis_split: str | None = Field(None, description="Split on which L_AT (sign disagreements of [CLS], "

@@ -31,19 +31,19 @@ def kg_file(tmp_path) -> Path:
     return write_kg(tmp_path / "kg.tsv")
 
 
-def spec(tmp_path, textcls_dir, kg: Path | None, **strategy) -> dict:
-    return {"model": {"name": "tiny", "max_length": 32}, "task": {"name": "textcls", "path": str(textcls_dir)},
+def spec(tmp_path, textcls_dir, kg: Path | None, model_updates: dict | None = None, **strategy) -> dict:
+    return {"model": {"name": "tiny", "max_length": 32, **(model_updates or {})}, "task": {"name": "textcls", "path": str(textcls_dir)},
             "strategy": {"name": "mop", "partitions": 3, "adapter_epochs": 1, "adapter_batch_size": 16, **strategy},
             "sources": [{"name": "triples", "path": str(kg)}] if kg else [],
             "training": {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3},
             "cache_dir": str(tmp_path / "cache"), "data_dir": str(tmp_path)}
 
 
-def prepared(tmp_path, textcls_dir, kg, **strategy):
+def prepared(tmp_path, textcls_dir, kg, model_updates: dict | None = None, **strategy):
     from kinject.engine import prepare
     from kinject.spec import build_spec
 
-    return prepare(build_spec(spec(tmp_path, textcls_dir, kg, **strategy)))
+    return prepare(build_spec(spec(tmp_path, textcls_dir, kg, model_updates, **strategy)))
 
 
 # -- bad input: one line, exit 2, nothing written, before any stage ------------------------------------------ #
@@ -96,6 +96,11 @@ def test_stage_plan_spreads_the_adapters_and_keys_the_knowledge_side_without_the
     for name in ("mop-partition", "mop-adapter-0", "mop-adapter-2"):  # ... reuses the same adapters
         assert other_keys[name] == keys[name]
     assert other_keys["mop-finetune"] != keys["mop-finetune"]
+    pooled = prepared(tmp_path, textcls_dir, kg_file, model_updates={"pooling": "mean", "max_length": 96})
+    pooled_keys = {p.stage.name: p.key for p in plan(pooled)}
+    for name in ("mop-partition", "mop-adapter-0"):  # the task's pooling and length do not re-key the adapters
+        assert pooled_keys[name] == keys[name]
+    assert pooled_keys["mop-finetune"] != keys["mop-finetune"]
     run.strategy = FinetuneStrategy()
     run.stages = run.strategy.stages(run)
     assert {p.stage.name: p.key for p in plan(run)} == {n: keys[n] for n in ("finetune", "evaluate")}
@@ -131,8 +136,9 @@ def test_partition_finds_the_clusters_and_each_classifier_covers_its_part(tmp_pa
     from kinject.kg.partition import EntityGraph, metis_parts
     from kinject.sources.triples import TriplesSource
 
+    entity_head = "names" if cross_part == "drop" else "linear"
     run = prepared(tmp_path, textcls_dir, kg_file, cross_part=cross_part, adapter_max_steps=2,
-                   bidirectional=cross_part == "head")
+                   bidirectional=cross_part == "head", entity_head=entity_head)
     dirs = run_stages(run, {"mop-partition", "mop-adapter-0", "mop-adapter-1", "mop-adapter-2"})
     report = json.loads((dirs["mop-partition"] / "partition.json").read_text())
     assert report["edge_cut"] == 1 and report["part_sizes"] == [8, 8, 8]  # the bridge is the only cut edge
@@ -145,14 +151,19 @@ def test_partition_finds_the_clusters_and_each_classifier_covers_its_part(tmp_pa
         head = load_file(str(dirs[f"mop-adapter-{i}"] / "entity_head.safetensors"))
         classes = set(head["classes"].tolist())
         own = set(np.flatnonzero(parts == i).tolist())
-        assert head["weight"].shape[0] == len(classes)
+        assert head["bias"].shape[0] == len(classes)  # one score per class, either head
+        if entity_head == "names":  # one frozen name embedding per class, hidden wide
+            assert head["names"].shape == (len(classes), run.stages[0].config.model.load_encoder().config.hidden_size)
+        else:
+            assert head["weight"].shape[0] == len(classes)
         if cross_part == "drop":
             assert classes == own  # exactly the part's entities
         else:
             assert own <= classes
             bridged |= classes - own
         stats = json.loads((dirs[f"mop-adapter-{i}"] / "adapter.json").read_text())
-        assert stats["base_unchanged"] and stats["train"]["global_step"] == 2
+        assert stats["base_unchanged"] and stats["train"]["global_step"] == 2 and stats["entity_head"] == entity_head
+        assert stats["train_probe"]["n"] == min(stats["train_rows"], 2000)  # the stored-facts probe
         assert stats["train_rows"] + stats["heldout_rows"] == (2 if cross_part == "head" else 1) * stats["triples"]
         assert (dirs[f"mop-adapter-{i}"] / "adapter" / "adapter.safetensors").exists()
     assert len(bridged) == (1 if cross_part == "head" else 0)  # the bridge's foreign tail
@@ -264,6 +275,21 @@ def test_zero_adapter_steps_leaves_the_adapters_untrained(tmp_path, textcls_dir,
     untrained, trained = (load_file(str(d / "adapter" / "adapter.safetensors")) for d in (dirs[0], dirs[2]))
     assert untrained.keys() == trained.keys()
     assert any(not (untrained[k] == trained[k]).all() for k in untrained)  # same init (kg_seed), then trained
+
+
+def test_name_head_ranks_the_entity_whose_name_the_query_matches_before_any_training():
+    import torch
+
+    from kinject.plugins.mop.knowledge import NameScoringHead
+
+    names = torch.randn(5, 16)
+    head = NameScoringHead(names)
+    queries = names[[3, 0, 4]] * 2.5 + 0.01 * torch.randn(3, 16)  # scale does not matter: cosine
+    assert head(queries).argmax(1).tolist() == [3, 0, 4]
+    with torch.no_grad():
+        head.bias[1] = 100.0  # the per-class bias can learn a prior on top
+    assert head(queries).argmax(1).tolist() == [1, 1, 1]
+    assert sorted(n for n, p in head.named_parameters()) == ["bias", "log_scale", "proj.bias", "proj.weight"]
 
 
 def test_prior_accuracy_is_what_answering_the_most_frequent_training_tail_scores():

@@ -33,6 +33,11 @@ class MopConfig(PluginConfig):
         "keep them in the head's part (its classifier then also covers those foreign tails).")
     bidirectional: bool = Field(False, description="Also train head prediction: [CLS] r [SEP] t [SEP] -> h "
                                 "(the reference's --bi_direction).")
+    entity_head: Literal["names", "linear"] = Field(
+        "names", description="How the adapter's training head scores a part's entities from [CLS]: names (cosine "
+        "to each entity's name embedding by the frozen base model, learned projection, scale and per-entity bias) "
+        "or linear (one free softmax row per entity, the reference code; at our scale it learns only the tail "
+        "prior, see docs/mop.md). Only the adapters carry on to the fusion; the head is discarded.")
     kg_seed: int = Field(1, description="Seed of the knowledge side: METIS, the shuffle, held-out triples and "
                          "adapter training (reference: METIS seed 1). Independent of the run seed, so every task "
                          "and seed reuses the same cached adapters.")

@@ -29,6 +29,7 @@ from .stages import PARTITION, KGSettings, PartAdapterConfig, PartitionConfig
 log = logging.getLogger("kinject")
 
 PART_DROPPED = -1  # triple_part value of a cross-part triple that no part keeps
+TRAIN_PROBE_ROWS = 2000  # training rows re-scored after training: how many facts the adapter stored
 
 
 @contextmanager
@@ -107,13 +108,55 @@ def head_features(data, rows: np.ndarray, classes: np.ndarray, tokenizer, max_le
 
 
 # -- the model -------------------------------------------------------------------------------------------- #
-class EntityPredictor(nn.Module):
-    """An adapters-initialised encoder (one active adapter) with a linear head on the last layer's [CLS]."""
+class NameScoringHead(nn.Module):
+    """Scores each class by the cosine between a projection of [CLS] and the class's entity-name embedding (a
+    frozen buffer), times a learned scale, plus a learned per-class bias. A class seen once in training still
+    has a meaningful row (its name), so the adapter has to move [CLS] toward the right entity instead of
+    learning the tail prior into free softmax rows."""
 
-    def __init__(self, encoder: nn.Module, num_classes: int):
+    def __init__(self, name_embeddings: torch.Tensor, scale: float = 20.0):
+        super().__init__()
+        hidden = name_embeddings.shape[1]
+        self.register_buffer("names", F.normalize(name_embeddings.float(), dim=-1))
+        self.proj = nn.Linear(hidden, hidden)
+        nn.init.eye_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+        self.log_scale = nn.Parameter(torch.tensor(float(np.log(scale))))
+        self.bias = nn.Parameter(torch.zeros(name_embeddings.shape[0]))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        query = F.normalize(self.proj(hidden).float(), dim=-1)
+        return query @ self.names.T * self.log_scale.exp() + self.bias
+
+
+@torch.inference_mode()
+def name_embeddings(encoder, tokenizer, names: list[str], max_length: int, batch_size: int = 256) -> torch.Tensor:
+    """Mean-pooled last-layer states of ``names`` under ``encoder`` (no adapter active), shortest first."""
+    was_training = encoder.training
+    encoder.eval()
+    device = next(encoder.parameters()).device
+    order = np.argsort([len(n) for n in names], kind="stable")
+    out = torch.empty(len(names), encoder.config.hidden_size)
+    for lo in range(0, len(names), batch_size):
+        idx = order[lo:lo + batch_size]
+        batch = tokenizer([names[i] for i in idx], truncation=True, max_length=max_length, padding=True,
+                          return_tensors="pt").to(device)
+        states = encoder(**batch).last_hidden_state.float()
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        out[torch.from_numpy(idx)] = ((states * mask).sum(1) / mask.sum(1).clamp(min=1)).cpu()
+    encoder.train(was_training)
+    return out
+
+
+class EntityPredictor(nn.Module):
+    """An adapters-initialised encoder (one active adapter) with an entity head on the last layer's [CLS]: a free
+    linear layer (the reference code) or, given the classes' name embeddings, a :class:`NameScoringHead`."""
+
+    def __init__(self, encoder: nn.Module, num_classes: int, name_embeddings: torch.Tensor | None = None):
         super().__init__()
         self.encoder = encoder
-        self.head = nn.Linear(encoder.config.hidden_size, max(num_classes, 1))
+        self.head = (NameScoringHead(name_embeddings) if name_embeddings is not None
+                     else nn.Linear(encoder.config.hidden_size, max(num_classes, 1)))
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
         from transformers.modeling_outputs import SequenceClassifierOutput
@@ -269,8 +312,11 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     train_features, heldout_features = features(train_rows), features(heldout_rows)
     name = adapter_name(cfg.part)
     set_seed(cfg.seed + cfg.part)  # adapter and entity-head initialisation
-    encoder = adapter_encoder(cfg.model.load_encoder(), name, cfg.adapter)
-    model = EntityPredictor(encoder, len(classes))
+    encoder = cfg.model.load_encoder()
+    names = (name_embeddings(encoder, tokenizer, [data.entities[i] for i in classes], cfg.kg.max_length)
+             if cfg.entity_head == "names" else None)  # by the base model, before the adapter exists
+    encoder = adapter_encoder(encoder, name, cfg.adapter)
+    model = EntityPredictor(encoder, len(classes), names)
     before = base_digest(encoder)
     collator = KGCollator(tokenizer)
     stats: dict = {}
@@ -284,18 +330,25 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     if after != before:
         raise RuntimeError(f"{ctx.name}: adapter training changed base-model weights")
     heldout = ranking_accuracy(model, heldout_features, collator, cfg.eval_batch_size)
-    prior = prior_accuracy([f["labels"] for f in train_features], [f["labels"] for f in heldout_features])
+    train_labels = [f["labels"] for f in train_features]
+    prior = prior_accuracy(train_labels, [f["labels"] for f in heldout_features])
+    # facts stored: accuracy on (a seeded sample of) the training rows themselves, against the same prior
+    seen = np.random.default_rng(cfg.seed + cfg.part).permutation(len(train_features))[:TRAIN_PROBE_ROWS]
+    seen_features = [train_features[i] for i in np.sort(seen)]
+    trained = ranking_accuracy(model, seen_features, collator, cfg.eval_batch_size)
+    trained_prior = prior_accuracy(train_labels, [f["labels"] for f in seen_features])
     if stats and heldout_features and heldout["accuracy@1"] <= prior["accuracy@1"] + 0.005:
         log.warning("%s: partition %d: held-out accuracy@1 %.3f is no better than always answering the most "
                     "frequent training tail (%.3f; %d distinct top-1 answers): the adapter learned the tail prior, "
                     "not the facts - train it longer or at another learning rate", ctx.name, cfg.part,
                     heldout["accuracy@1"], prior["accuracy@1"], heldout["distinct_top1"])
     encoder.save_adapter(str(ctx.out / "adapter"), name, use_safetensors=True)
-    save_file({"weight": model.head.weight.detach().contiguous(), "bias": model.head.bias.detach().contiguous(),
+    save_file({**{k: v.detach().contiguous() for k, v in model.head.state_dict().items()},
                "classes": torch.from_numpy(classes)}, str(ctx.out / "entity_head.safetensors"))
     summary = {"part": cfg.part, "adapter": name, "entities": int((parts == cfg.part).sum()),
                "classes": int(len(classes)), "triples": int(len(rows)), "train_rows": len(train_features),
                "heldout_rows": len(heldout_features), "heldout": heldout, "heldout_prior": prior,
+               "entity_head": cfg.entity_head, "train_probe": trained, "train_probe_prior": trained_prior,
                "train_loss": stats.get("train_loss"), "useful_token_fraction": stats.get("useful_token_fraction"),
                "train_seconds": stats.get("train_runtime"), "train": stats,
                "base_sha256": after, "base_unchanged": after == before}

@@ -46,6 +46,7 @@ class PartAdapterConfig(StageConfig):
     seed: int
     heldout_fraction: float
     bidirectional: bool
+    entity_head: str = "linear"
     eval_batch_size: int = Field(256, json_schema_extra=NOT_KEYED)
 
 

@@ -92,16 +92,19 @@ class MopStrategy(Strategy):
         model = run.model_ref()
         kg = KGSettings(source=self.source_ref(run), max_length=cfg.kg_max_length, max_triples=cfg.kg_max_triples)
         stages = [finetune_stage(run), evaluate_stage(run, "finetune", export=False)] if cfg.baseline else []
+        # the knowledge side reads the model's weights and tokenizer only: the task's pooling and max length
+        # would re-key (and retrain) identical adapters
+        knowledge_model = model.model_copy(update={"pooling": "cls", "max_length": cfg.kg_max_length})
         stages.append(Stage(name=PARTITION, body=partition_body, artifacts=("partition.json",), config=PartitionConfig(
-            model=model, kg=kg, partitions=cfg.partitions, seed=cfg.kg_seed, shuffle=cfg.shuffle,
+            model=knowledge_model, kg=kg, partitions=cfg.partitions, seed=cfg.kg_seed, shuffle=cfg.shuffle,
             cross_part=cfg.cross_part)))
         adapter = self.adapter_config(run)
         training = self.adapter_training(run)
         names = [f"mop-adapter-{i}" for i in range(cfg.partitions)]
         stages += [Stage(name=name, body=adapter_body, inputs=(PARTITION,), libraries=LIBRARIES, spread=True,
-                         config=PartAdapterConfig(model=model, kg=kg, part=i, adapter=adapter, training=training,
+                         config=PartAdapterConfig(model=knowledge_model, kg=kg, part=i, adapter=adapter, training=training,
                                                   seed=cfg.kg_seed, heldout_fraction=cfg.heldout_fraction,
-                                                  bidirectional=cfg.bidirectional))
+                                                  bidirectional=cfg.bidirectional, entity_head=cfg.entity_head))
                    for i, name in enumerate(names)]
         mixture = {"mixture": cfg.mixture, "tau": cfg.tau, "top_k": cfg.top_k, "loss_coef": cfg.moe_loss_coef}
         stages.append(Stage(name="mop-finetune", body=fusion_body, inputs=tuple(names), produces_model=True,

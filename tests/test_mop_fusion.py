@@ -163,17 +163,22 @@ def test_fusion_only_training_freezes_base_and_adapters(tiny_model, adapter_dirs
     assert all(p.requires_grad for p in model.parameters())
 
 
-def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenizer, tmp_path):
+@pytest.mark.parametrize("entity_head", ["linear", "names"])
+def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenizer, tmp_path, entity_head):
     from kinject.kg.batching import KGCollator
     from kinject.models import load_encoder
-    from kinject.plugins.mop.knowledge import EntityPredictor, adapter_encoder, base_digest
+    from kinject.plugins.mop.knowledge import EntityPredictor, adapter_encoder, base_digest, name_embeddings
     from kinject.spec import TrainingSpec
     from kinject.training import train
 
     from adapters import SeqBnConfig
 
-    encoder = adapter_encoder(load_encoder(tiny_model), "part-0", SeqBnConfig(reduction_factor=8).to_dict())
-    model = EntityPredictor(encoder, 5)
+    encoder = load_encoder(tiny_model)
+    names = name_embeddings(encoder, tokenizer, ["gene", "drug", "tumor", "protein", "dose"], 16) \
+        if entity_head == "names" else None
+    encoder = adapter_encoder(encoder, "part-0", SeqBnConfig(reduction_factor=8).to_dict())
+    model = EntityPredictor(encoder, 5, names)
+    head_before = {k: v.clone() for k, v in model.head.state_dict().items()}
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
     digest = base_digest(encoder)
     rows = tokenizer(["gene", "drug dose", "tumor cells", "protein level"] * 4, ["causes"] * 16)
@@ -187,6 +192,24 @@ def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenize
     assert adapter_keys and any(not torch.equal(before[k], after[k]) for k in adapter_keys)  # the adapter learned
     assert all(torch.equal(before[k], after[k]) for k in after if k not in adapter_keys)  # the base did not move
     assert base_digest(encoder) == digest
+    head_after = model.head.state_dict()
+    assert any(not torch.equal(head_before[k], head_after[k]) for k in head_after if k != "names")  # head trained
+    if entity_head == "names":
+        assert torch.equal(head_before["names"], head_after["names"])  # the name embeddings are a frozen buffer
+
+
+def test_name_embeddings_are_mean_pooled_per_name_whatever_the_batch(tiny_model, tokenizer):
+    from kinject.models import load_encoder
+    from kinject.plugins.mop.knowledge import name_embeddings
+
+    encoder = load_encoder(tiny_model)
+    names = ["a much longer entity name with many words", "gene", "tumor cell line", "x"]
+    together = name_embeddings(encoder, tokenizer, names, 32, batch_size=4)  # padded to the longest
+    one_by_one = torch.cat([name_embeddings(encoder, tokenizer, [n], 32) for n in names])
+    assert torch.allclose(together, one_by_one, atol=1e-5)  # padding masked out, rows back in input order
+    with torch.inference_mode():
+        batch = tokenizer(["gene"], return_tensors="pt")
+        assert torch.allclose(one_by_one[1], encoder(**batch).last_hidden_state[0].mean(0), atol=1e-5)
 
 
 

@@ -4,6 +4,7 @@ keys, the partition and each part's classifier, and one end-to-end run with its 
 from __future__ import annotations
 
 import json
+import logging
 import random
 from pathlib import Path
 
@@ -199,6 +200,8 @@ def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_d
     adapters = json.loads((out / "partition-adapters.json").read_text())
     assert [p["part"] for p in adapters["parts"]] == [0, 1, 2] and adapters["all_base_weights_unchanged"]
     assert all(0 <= p["heldout"]["accuracy@1"] <= p["heldout"]["accuracy@10"] <= 1 for p in adapters["parts"])
+    probe = [p["train_probe"]["accuracy@1"] for p in adapters["parts"]]
+    assert adapters["mean_train_probe_accuracy@1"] == pytest.approx(np.mean(probe))
     mixture = json.loads((out / "mixture.json").read_text())
     weights = np.asarray([e["weights"] for e in mixture["examples"]])
     assert weights.shape == (16, 3) and mixture["layer"] == 1
@@ -290,6 +293,22 @@ def test_name_head_ranks_the_entity_whose_name_the_query_matches_before_any_trai
         head.bias[1] = 100.0  # the per-class bias can learn a prior on top
     assert head(queries).argmax(1).tolist() == [1, 1, 1]
     assert sorted(n for n, p in head.named_parameters()) == ["bias", "log_scale", "proj.bias", "proj.weight"]
+
+
+def test_an_adapter_at_the_tail_prior_on_its_own_training_rows_is_flagged(caplog):
+    from kinject.plugins.mop.knowledge import check_learning
+
+    prior = {"accuracy@1": 0.02, "accuracy@10": 0.10}
+    at_prior, stored = {"accuracy@1": 0.02, "accuracy@10": 0.10, "distinct_top1": 1}, {"accuracy@1": 0.13,
+                                                                                     "accuracy@10": 0.46}
+    with caplog.at_level(logging.INFO, logger="kinject"):
+        check_learning("s", 0, at_prior, prior, at_prior, prior)  # nothing learned: a warning
+        check_learning("s", 1, at_prior, prior, stored, prior)  # facts stored, none generalise: a note
+        check_learning("s", 2, stored, prior, stored, prior)  # both: silent
+    records = [(r.levelname, r.getMessage().split(":")[1].strip()) for r in caplog.records]
+    assert records == [("WARNING", "partition 0"), ("INFO", "partition 1")]
+    assert "learned the tail prior" in caplog.records[0].getMessage()
+    assert "does not generalise" in caplog.records[1].getMessage()
 
 
 def test_prior_accuracy_is_what_answering_the_most_frequent_training_tail_scores():

@@ -12,15 +12,23 @@ import numpy as np
 def adapter_summary(stats: list[dict]) -> dict:
     """One row per partition adapter plus means, from each adapter stage's adapter.json."""
     rows = [{k: s.get(k) for k in ("part", "entities", "classes", "train_rows", "heldout_rows", "heldout",
-                                     "heldout_prior", "train_loss", "useful_token_fraction", "train_seconds",
+                                     "heldout_prior", "entity_head", "train_probe", "train_probe_prior", "train_loss", "useful_token_fraction", "train_seconds",
                                      "base_unchanged")}
             for s in stats]
     scored = [r for r in rows if r["heldout"] and r["heldout"]["n"]]
     acc = [r["heldout"]["accuracy@1"] for r in scored]
     prior = [r["heldout_prior"]["accuracy@1"] for r in scored if r.get("heldout_prior")]
-    return {"parts": rows, "mean_heldout_accuracy@1": float(np.mean(acc)) if acc else None,
+    probed = [r for r in rows if r.get("train_probe") and r["train_probe"]["n"]]
+
+    def mean(values: list) -> float | None:
+        return float(np.mean(values)) if values else None
+
+    return {"parts": rows, "mean_heldout_accuracy@1": mean(acc),
             # the same, answering the most frequent training tail for every input (no knowledge of the head)
-            "mean_heldout_prior_accuracy@1": float(np.mean(prior)) if prior else None,
+            "mean_heldout_prior_accuracy@1": mean(prior),
+            # facts stored: accuracy on the adapters' own training rows, and the prior's there
+            "mean_train_probe_accuracy@1": mean([r["train_probe"]["accuracy@1"] for r in probed]),
+            "mean_train_probe_prior_accuracy@1": mean([r["train_probe_prior"]["accuracy@1"] for r in probed]),
             "all_base_weights_unchanged": all(r["base_unchanged"] for r in rows)}
 
 

@@ -136,17 +136,17 @@ NCBI_CPU = ["--task", "ncbi-disease", "--model", "minilm", "--set", "training.bf
 def names(out: str) -> list[list[str]]:
     """Name-scoring adapters on the is-a graph (K=4, METIS keeps 23,033 of its 23,392 triples) fused on CAPR and
     NCBI-disease, seeds 42-44, against `finetune` of the same budget (run separately: `baseline=false`); on CAPR
-    also over untrained adapters."""
+    also over untrained adapters and over adapters trained on random parts (the shuffle control, R=1)."""
     commands = []
     for task, args in (("capr", CAPR_CPU), ("ncbi-disease", NCBI_CPU)):
         seeds = ["--seed", "42", "--repeats", "3"]
         commands += [["kinject", "run", "finetune", *args, *seeds, "-o", f"{out}/finetune-{task}"],
                      ["kinject", "run", "mop", *args, *IS_A, *seeds, "-o", f"{out}/mop-{task}-isa-k4"]]
         runs = [f"{out}/mop-{task}-isa-k4"]
-        if task == "capr":  # the same fusion over untrained adapters: capacity without knowledge
-            runs.append(runs[0] + "-untrained")
-            commands.append(["kinject", "run", "mop", *args, *IS_A, "--set", "strategy.adapter_max_steps=0", *seeds,
-                             "-o", runs[-1]])
+        if task == "capr":  # controls: untrained adapters (capacity without knowledge); random parts (R=1)
+            for suffix, control in (("-untrained", "strategy.adapter_max_steps=0"), ("-r1", "strategy.shuffle=1.0")):
+                runs.append(runs[0] + suffix)
+                commands.append(["kinject", "run", "mop", *args, *IS_A, "--set", control, *seeds, "-o", runs[-1]])
         commands.append(["kinject", "compare", f"{out}/finetune-{task}", *runs])
     return commands
 

@@ -135,18 +135,26 @@ NCBI_CPU = ["--task", "ncbi-disease", "--model", "minilm", "--set", "training.bf
 
 def names(out: str) -> list[list[str]]:
     """Name-scoring adapters on the is-a graph (K=4, METIS keeps 23,033 of its 23,392 triples) fused on CAPR and
-    NCBI-disease, seeds 42-44, against `finetune` of the same budget (run separately: `baseline=false`); on CAPR
-    also over untrained adapters and over adapters trained on random parts (the shuffle control, R=1)."""
+    NCBI-disease against `finetune` of the same budget (run separately: `baseline=false`); on CAPR also over
+    untrained adapters, over adapters trained on random parts (the shuffle control, R=1), and over the 100k-sample
+    adapters of `--cpu` retrained with the name head. Seeds 42-46 for CAPR's plain, MoP and untrained arms (the
+    run used 42-44 with `--repeats 3`, then 45 and 46 one by one into seed-45/, seed-46/), 42-44 otherwise."""
     commands = []
     for task, args in (("capr", CAPR_CPU), ("ncbi-disease", NCBI_CPU)):
-        seeds = ["--seed", "42", "--repeats", "3"]
+        seeds = ["--seed", "42", "--repeats", "5" if task == "capr" else "3"]
         commands += [["kinject", "run", "finetune", *args, *seeds, "-o", f"{out}/finetune-{task}"],
                      ["kinject", "run", "mop", *args, *IS_A, *seeds, "-o", f"{out}/mop-{task}-isa-k4"]]
         runs = [f"{out}/mop-{task}-isa-k4"]
         if task == "capr":  # controls: untrained adapters (capacity without knowledge); random parts (R=1)
-            for suffix, control in (("-untrained", "strategy.adapter_max_steps=0"), ("-r1", "strategy.shuffle=1.0")):
-                runs.append(runs[0] + suffix)
-                commands.append(["kinject", "run", "mop", *args, *IS_A, "--set", control, *seeds, "-o", runs[-1]])
+            commands.append(["kinject", "run", "mop", *args, *IS_A, "--set", "strategy.adapter_max_steps=0", *seeds,
+                             "-o", f"{out}/mop-capr-isa-k4-untrained"])
+            three = ["--seed", "42", "--repeats", "3"]
+            commands += [["kinject", "run", "mop", *args, *IS_A, "--set", "strategy.shuffle=1.0", *three,
+                          "-o", f"{out}/mop-capr-isa-k4-r1"],
+                         ["kinject", "run", "mop", *args, *KNOWLEDGE[:-1], "strategy.entity_head=names", *KG_SAMPLE,
+                          "--set", "strategy.partitions=4", "--set", "strategy.baseline=false", *three,
+                          "-o", f"{out}/mop-capr-k4-names"]]
+            runs += [f"{out}/mop-capr-isa-k4-untrained", f"{out}/mop-capr-isa-k4-r1", f"{out}/mop-capr-k4-names"]
         commands.append(["kinject", "compare", f"{out}/finetune-{task}", *runs])
     return commands
 

@@ -33,7 +33,8 @@ def kg_file(tmp_path) -> Path:
 
 
 def spec(tmp_path, textcls_dir, kg: Path | None, model_updates: dict | None = None, **strategy) -> dict:
-    return {"model": {"name": "tiny", "max_length": 32, **(model_updates or {})}, "task": {"name": "textcls", "path": str(textcls_dir)},
+    return {"model": {"name": "tiny", "max_length": 32, **(model_updates or {})},
+            "task": {"name": "textcls", "path": str(textcls_dir)},
             "strategy": {"name": "mop", "partitions": 3, "adapter_epochs": 1, "adapter_batch_size": 16, **strategy},
             "sources": [{"name": "triples", "path": str(kg)}] if kg else [],
             "training": {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3},

@@ -12,8 +12,8 @@ import numpy as np
 def adapter_summary(stats: list[dict]) -> dict:
     """One row per partition adapter plus means, from each adapter stage's adapter.json."""
     rows = [{k: s.get(k) for k in ("part", "entities", "classes", "train_rows", "heldout_rows", "heldout",
-                                     "heldout_prior", "entity_head", "train_probe", "train_probe_prior", "train_loss", "useful_token_fraction", "train_seconds",
-                                     "base_unchanged")}
+                                     "heldout_prior", "entity_head", "train_probe", "train_probe_prior",
+                                     "train_loss", "useful_token_fraction", "train_seconds", "base_unchanged")}
             for s in stats]
     scored = [r for r in rows if r["heldout"] and r["heldout"]["n"]]
     acc = [r["heldout"]["accuracy@1"] for r in scored]

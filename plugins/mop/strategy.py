@@ -102,8 +102,9 @@ class MopStrategy(Strategy):
         training = self.adapter_training(run)
         names = [f"mop-adapter-{i}" for i in range(cfg.partitions)]
         stages += [Stage(name=name, body=adapter_body, inputs=(PARTITION,), libraries=LIBRARIES, spread=True,
-                         config=PartAdapterConfig(model=knowledge_model, kg=kg, part=i, adapter=adapter, training=training,
-                                                  seed=cfg.kg_seed, heldout_fraction=cfg.heldout_fraction,
+                         config=PartAdapterConfig(model=knowledge_model, kg=kg, part=i, adapter=adapter,
+                                                  training=training, seed=cfg.kg_seed,
+                                                  heldout_fraction=cfg.heldout_fraction,
                                                   bidirectional=cfg.bidirectional, entity_head=cfg.entity_head))
                    for i, name in enumerate(names)]
         mixture = {"mixture": cfg.mixture, "tau": cfg.tau, "top_k": cfg.top_k, "loss_coef": cfg.moe_loss_coef}

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import logging
 import platform
-import shutil
 import subprocess
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from kinject import __version__
 from kinject.distributed import barrier, is_main_process, rank  # noqa: F401 (re-exported)
@@ -53,6 +53,7 @@ class RunContext:
     members: list[tuple[str, "RunContext | None", str]] = field(default_factory=list)  # task groups
     command: list[str] | None = None
     recommended: dict[str, Any] = field(default_factory=dict)  # the task's settings applied to this spec
+    output: Path | None = None  # the run folder, once the run executes
     _refs: dict[str, Any] = field(default_factory=dict)
 
     def model_ref(self):
@@ -122,10 +123,13 @@ def resolved_spec(spec: RunSpec, task: Task, strategy: Strategy, sources: list[K
 def make_environment(spec: RunSpec) -> Environment:
     from kinject.models import offline
 
+    from kinject.io import CHARS_PER_TOKEN
+
     return Environment(
         data_dir=Path(spec.data_dir) if spec.data_dir else default_data_dir(),
         cache_dir=Path(spec.cache_dir) if spec.cache_dir else default_cache_dir(),
-        seed=spec.seed, limit=spec.training.limit, offline=offline())
+        seed=spec.seed, limit=spec.training.limit, offline=offline(),
+        max_chars=spec.model.max_length * CHARS_PER_TOKEN)
 
 
 def _resolve_model(spec: RunSpec, env: Environment) -> str:
@@ -149,6 +153,9 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
         spec, applied = apply_recommended(spec, type(task).recommended)
     spec = resolve_precision(spec)
     env = make_environment(spec)
+    from kinject.files import check_writable
+
+    check_writable(env.cache_dir, "stage cache")
     model_path = _resolve_model(spec, env)
     run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,
                      resume=resume, command=command, recommended=applied)
@@ -213,15 +220,6 @@ def _git_sha() -> str | None:
         return None
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    import os
-
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def describe_data(run: RunContext) -> str:
     """What data the run's task reads (or that it has no task)."""
     return run.task.describe_data(run.env) if run.task is not None else "(no task)"
@@ -231,6 +229,69 @@ def default_output(spec: RunSpec) -> Path:
     return Path("runs") / (f"{spec.strategy.name}-{spec.task.name}" if spec.task else spec.strategy.name)
 
 
+# -- the run folder ---------------------------------------------------------------------------------- #
+RUN_MARKER = ".kinject-run"  # in every folder a run writes: what lets a later run replace it
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder a kinject run wrote (its marker, or a run.json of a run made before it)."""
+    path = Path(path)
+    if (path / RUN_MARKER).is_file():
+        return True
+    try:
+        info = json.loads((path / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(info, dict) and {"spec", "stages"} <= set(info)
+
+
+def _replaceable(path: Path) -> bool:
+    return path.is_dir() and (not any(path.iterdir()) or is_run_folder(path))
+
+
+def check_output(output: Path, env: Environment) -> Path:
+    """The run folder ``output`` as an absolute path, after checking that a run may replace it: it does not exist,
+    is empty or is an earlier run, and neither is nor holds the current folder, the cache or the data dir.
+    SpecError (one line naming the folder) otherwise."""
+    import os
+
+    out = Path(os.path.normpath(Path(output).absolute()))
+    cwd = Path.cwd()
+    if out == cwd or out in cwd.parents:
+        raise SpecError(f"output: {output} is the current folder or holds it, and a run replaces its folder as a "
+                        "whole; name a folder for the run, e.g. -o runs/NAME")
+    for what, folder in (("stage cache", env.cache_dir), ("data dir", env.data_dir)):
+        folder = Path(os.path.normpath(Path(folder).absolute()))
+        if folder == out or out in folder.parents:
+            raise SpecError(f"output: {output} holds the {what} ({folder}); name another folder for the run")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise SpecError(f"output: {output} exists and is not a folder; name a folder for the run")
+    if out.is_dir() and not _replaceable(out):
+        entries = sorted(p.name for p in out.iterdir())
+        shown = ", ".join(repr(e) for e in entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+        raise SpecError(f"output: {output} exists and is not a kinject run folder (it holds {shown}); a run replaces "
+                        "only an empty folder or an earlier run: choose another -o")
+    return out
+
+
+@contextmanager
+def run_folder(output: Path, run: RunContext, kind: str = "run") -> Iterator[Path | None]:
+    """The folder a run writes into, put in place of ``output`` atomically when the block succeeds (the earlier
+    run there is kept until then; a failure leaves it as it was). Checks ``output`` first
+    (:func:`check_output`); yields None in processes other than the main one."""
+    from kinject.files import atomic_directory, check_writable
+
+    output = check_output(output, run.env)
+    if not is_main_process():
+        yield None
+        return
+    check_writable(output.parent, "output folder")
+    with atomic_directory(output, replace=True, replaceable=_replaceable) as tmp:
+        (tmp / RUN_MARKER).write_text(json.dumps({"kinject": __version__, "kind": kind}) + "\n")
+        yield tmp
+
+
+# -- executing --------------------------------------------------------------------------------------- #
 def _collect(folder: Path, stage: Stage, state: dict) -> None:
     """Fold one finished stage's outputs into what the run directory will hold."""
     if (folder / "metrics.json").exists():
@@ -243,30 +304,36 @@ def _collect(folder: Path, stage: Stage, state: dict) -> None:
 
 
 def execute(run: RunContext, output: Path) -> dict[str, Any]:
-    """Run every stage and write ``output`` (run.json, metrics.json, model/, artifacts, kinject.log) atomically."""
-    from contextlib import ExitStack
+    """Run every stage and write the run folder ``output`` (run.json, metrics.json, model/, artifacts, kinject.log),
+    replacing an earlier run there atomically."""
+    with run_folder(output, run, "group" if run.members else "run") as tmp:
+        metrics = _run_into(run, tmp, Path(output))
+    barrier()
+    return metrics
 
+
+def _run_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, Any]:
+    """Run ``run`` writing its files into ``folder`` (None: a process that writes nothing); ``shown`` is where the
+    folder will be once the run succeeds (for hooks and messages)."""
     from transformers import set_seed
 
-    from kinject.io import atomic_directory
-
     if run.members:
-        return execute_group(run, output)
+        return _run_group_into(run, folder, shown)
+    run.output = shown
     set_seed(run.spec.seed)
     resolved = resolved_spec(run.spec, run.task, run.strategy, run.sources)
-    output = Path(output)
     hooks = run.hooks()
     with ExitStack() as stack:
-        tmp = stack.enter_context(atomic_directory(output, replace=True)) if is_main_process() else None
-        if tmp is not None:
-            handler = logging.FileHandler(tmp / "kinject.log", encoding="utf-8")
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(folder / "kinject.log", encoding="utf-8")
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
             logging.getLogger().addHandler(handler)
             stack.callback(handler.close)
             stack.callback(logging.getLogger().removeHandler, handler)
             if logging.getLogger().level > logging.INFO or logging.getLogger().level == logging.NOTSET:
                 logging.getLogger().setLevel(logging.INFO)
-        hooks.kinject_run_start(spec=resolved, run_dir=output)
+        hooks.kinject_run_start(spec=resolved, run_dir=shown)
         records = []
         state: dict[str, Any] = {"metrics": {}, "comparison": None, "model": None, "exports": []}
         for planned, cached, seconds in run_stages(run):
@@ -276,14 +343,17 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
         metrics = state["metrics"]
         if state["comparison"] is not None:
             metrics = {**metrics, "comparison": state["comparison"]}
-        if tmp is not None:
-            _write_run_dir(tmp, run, resolved, records, metrics, state)
-            hooks.kinject_run_end(spec=resolved, run_dir=output, metrics=metrics)
-    barrier()
+        if folder is not None:
+            _write_run_dir(folder, run, resolved, records, metrics, state)
+            hooks.kinject_run_end(spec=resolved, run_dir=shown, metrics=metrics)
     return metrics
 
 
 def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, metrics: dict, state: dict) -> None:
+    """run.json, metrics.json and copies of the stages' model and artifacts (never links: editing a run's files
+    must not change the cache)."""
+    from kinject.files import copy_tree
+
     note = type(run.task).recommended_note if run.task is not None else ""
     info = {"spec": resolved, "command": run.command, "recommended": {"applied": run.recommended, "how": note},
             "stages": records, "versions": _versions(),
@@ -292,24 +362,25 @@ def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, me
     (tmp / "run.json").write_text(json.dumps(info, indent=2, default=str))
     (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if state["model"] is not None:
-        shutil.copytree(state["model"], tmp / "model", copy_function=_link_or_copy)
+        copy_tree(state["model"], tmp / "model")
     for path in state["exports"]:  # stage artifacts a person reads (plots, masks, predictions)
-        if path.is_dir():
-            shutil.copytree(path, tmp / path.name, copy_function=_link_or_copy, dirs_exist_ok=True)
-        else:
-            _link_or_copy(str(path), str(tmp / path.name))
+        copy_tree(path, tmp / path.name)
 
 
 def execute_repeats(runs: list[RunContext], output: Path) -> dict[str, Any]:
-    """Run prepared runs that differ only in seed into ``output/seed-<s>`` and summarise them."""
-    per_seed = {run.spec.seed: execute(run, Path(output) / f"seed-{run.spec.seed}") for run in runs}
-    summary = summarize_seeds(per_seed)
-    if is_main_process():
-        (Path(output) / "metrics.json").write_text(json.dumps(summary, indent=2))
+    """Run prepared runs that differ only in seed into ``output/seed-<s>`` and summarise them (the folder is
+    replaced as a whole, atomically)."""
+    with run_folder(output, runs[0], "repeats") as tmp:
+        per_seed = {run.spec.seed: _run_into(run, tmp / f"seed-{run.spec.seed}" if tmp else None,
+                                             Path(output) / f"seed-{run.spec.seed}") for run in runs}
+        summary = summarize_seeds(per_seed)
+        if tmp is not None:
+            (tmp / "metrics.json").write_text(json.dumps(summary, indent=2))
+    barrier()
     return summary
 
 
-def execute_group(run: RunContext, output: Path) -> dict[str, Any]:
+def _run_group_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, Any]:
     """Run the strategy on every member of a task group (e.g. BLURB) and write the group summary.
 
     Members were prepared (validated) up front; those whose data is missing are named in the summary.
@@ -320,10 +391,10 @@ def execute_group(run: RunContext, output: Path) -> dict[str, Any]:
         if member_run is None:
             missing[name] = reason
             continue
-        member_metrics[name] = execute(member_run, Path(output) / name)
+        member_metrics[name] = _run_into(member_run, folder / name if folder else None, shown / name)
     summary = run.task.summarize(member_metrics, run.env)
     summary["missing"] = missing
-    if is_main_process():
-        Path(output).mkdir(parents=True, exist_ok=True)
-        (Path(output) / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary

@@ -93,6 +93,7 @@ class Environment:
     limit: int | None = None
     offline: bool = False
     extras: dict[str, Any] = field(default_factory=dict)
+    max_chars: int | None = None  # texts are cut to this many characters when read (model.max_length x 128)
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,17 @@ class Head:
 
 
 class Task(Component):
-    """A downstream benchmark: reads splits, turns them into model features, scores predictions."""
+    """A downstream benchmark: reads splits, turns them into model features, scores predictions.
+
+    ``examples`` of every subclass runs under the environment's text cap (``env.max_chars``;
+    :func:`kinject.io.text_cap`): texts the :mod:`kinject.io` readers return are cut to what the model can read.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("examples")
+        if own is not None and not getattr(own, "_text_capped", False):
+            cls.examples = _text_capped(own)
 
     kind: ClassVar[str] = "classification"
     train_split: ClassVar[str] = "train"
@@ -182,6 +193,20 @@ class Task(Component):
             return []
         folder = Path(env.data_dir) / self.dataset
         return sorted(p for p in folder.rglob("*") if p.is_file())[:2000] if folder.is_dir() else []
+
+
+def _text_capped(examples: Callable) -> Callable:
+    import functools
+
+    @functools.wraps(examples)
+    def capped(self, split: str, env: "Environment", *args: Any, **kwargs: Any):
+        from kinject.io import text_cap
+
+        with text_cap(getattr(env, "max_chars", None), f"{self.name} {split}"):
+            return examples(self, split, env, *args, **kwargs)
+
+    capped._text_capped = True
+    return capped
 
 
 class TaskGroup(Task):

@@ -1,4 +1,4 @@
-"""Readers for line-oriented data files that fail with ``file:line: what is wrong``, and atomic writes."""
+"""Readers for line-oriented data files that fail with ``file:line: what is wrong`` (atomic writes: :mod:`kinject.files`)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,48 @@ import functools
 import gzip
 import hashlib
 import json
-import os
-import secrets
-import shutil
+import logging
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from kinject.errors import DataError
+
+log = logging.getLogger("kinject")
+
+#: a text longer than ``max_length x CHARS_PER_TOKEN`` characters is cut there when read: more than any tokenizer
+#: turns into ``max_length`` tokens (a WordPiece word of over 100 characters is one [UNK] token)
+CHARS_PER_TOKEN = 128
+_CAPS: list[list] = []  # the active text cap: [characters, texts cut]
+_CAP_LOGGED: set[tuple[str, int]] = set()
+
+
+@contextmanager
+def text_cap(characters: int | None, what: str) -> Iterator[None]:
+    """Inside the block, every text the readers of this module return (a JSON string field, a TSV or CSV cell, a
+    line) is cut to ``characters``, so memory follows what the model reads, not what a file holds; how many were
+    cut is logged once (``what``: e.g. 'ncbi-disease train'). The outermost block governs nested ones."""
+    if characters is None or _CAPS:
+        yield
+        return
+    state = [characters, 0]
+    _CAPS.append(state)
+    try:
+        yield
+    finally:
+        _CAPS.remove(state)
+        if state[1] and (what, state[1]) not in _CAP_LOGGED:
+            _CAP_LOGGED.add((what, state[1]))
+            log.warning("%s: %d text(s) longer than %d characters cut to that length when read (model.max_length "
+                        "x %d: the model reads no more)", what, state[1], characters, CHARS_PER_TOKEN)
+
+
+def capped(text: str) -> str:
+    """``text`` cut to the active :func:`text_cap` (counted), or as it is."""
+    if _CAPS and len(text) > _CAPS[-1][0]:
+        _CAPS[-1][1] += 1
+        return text[: _CAPS[-1][0]]
+    return text
 
 
 @functools.lru_cache(maxsize=8192)
@@ -30,59 +64,6 @@ def file_digest(path: Path | str) -> str:
     return _content_digest(str(resolved), stat.st_size, stat.st_mtime_ns, stat.st_ino)
 
 
-def _sibling(target: Path, what: str) -> Path:
-    return target.with_name(f".{target.name}.{what}-{os.getpid()}-{secrets.token_hex(4)}")
-
-
-@contextmanager
-def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
-    """Yield an empty folder beside ``target``; renamed to ``target`` when the block succeeds, removed on
-    any exception. If ``target`` exists by then (another process finished it first) the new folder is
-    discarded, unless ``replace``: then the old target is swapped out and deleted."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _sibling(target, "tmp")
-    tmp.mkdir()
-    try:
-        yield tmp
-        if replace and target.exists():
-            old = _sibling(target, "old")
-            target.rename(old)
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            try:
-                tmp.rename(target)
-            except OSError:
-                if not target.exists():
-                    raise
-                shutil.rmtree(tmp, ignore_errors=True)  # the race: the finished target wins
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-@contextmanager
-def atomic_file(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; it replaces ``path`` when the block succeeds and is removed
-    on any exception, so readers never see a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _sibling(path, "tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str, encoding: str = "utf-8") -> None:
-    """Write ``text`` to ``path`` atomically (temporary file + rename)."""
-    with atomic_file(path) as tmp:
-        tmp.write_text(text, encoding=encoding)
-
-
 def text_field(row: dict, key: str, path: Path | str, line: int, *, empty: bool = False) -> str:
     """``row[key]`` as a string; DataError naming file:line when missing, null, not a string, or (unless
     ``empty``) blank. JSON integers are accepted and turned into strings (ids, 0/1 labels)."""
@@ -95,7 +76,7 @@ def text_field(row: dict, key: str, path: Path | str, line: int, *, empty: bool 
         raise DataError(f"field {key!r} must be a string, got {json.dumps(value)}", path, line)
     if not empty and not value.strip():
         raise DataError(f"field {key!r} is empty", path, line)
-    return value
+    return capped(value)
 
 
 _READ_LOGS: list[set[Path]] = []
@@ -121,9 +102,11 @@ def open_text(path: Path):
     return open(path, "rb")
 
 
-def iter_lines(path: Path, on_bad: Callable[[str, Path, int], None] | None = None) -> Iterator[tuple[int, str]]:
+def iter_lines(path: Path, on_bad: Callable[[str, Path, int], None] | None = None,
+               raw: bool = False) -> Iterator[tuple[int, str]]:
     """(line number, text without newline). Invalid UTF-8 -> DataError naming file:line, or, when ``on_bad``
-    is given, ``on_bad(message, path, line)`` and the line is passed over."""
+    is given, ``on_bad(message, path, line)`` and the line is passed over. Lines are cut to the active
+    :func:`text_cap` unless ``raw`` (a JSON line must be parsed whole)."""
     path = Path(path)
     try:
         handle = open_text(path)
@@ -138,12 +121,13 @@ def iter_lines(path: Path, on_bad: Callable[[str, Path, int], None] | None = Non
                     raise DataError(f"invalid UTF-8 (byte {exc.start})", path, number) from None
                 on_bad(f"invalid UTF-8 (byte {exc.start})", path, number)
                 continue
-            yield number, text.rstrip("\r\n")
+            text = text.rstrip("\r\n")
+            yield number, (text if raw else capped(text))
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     empty = True
-    for number, line in iter_lines(path):
+    for number, line in iter_lines(path, raw=True):
         if not line.strip():
             continue
         empty = False
@@ -163,11 +147,11 @@ def read_tsv(path: Path, columns: int | None = None, header: bool = False, delim
     """Rows split on ``delimiter``; checks the column count; ``header`` rows are yielded with number 1."""
     empty = True
     expected = columns
-    for number, line in iter_lines(path):
+    for number, line in iter_lines(path, raw=True):
         if not line.strip():
             continue
         empty = False
-        row = line.split(delimiter)
+        row = [capped(cell) for cell in line.split(delimiter)]
         if header and expected is None and number == 1:
             expected = len(row)
         if expected is not None and len(row) != expected:
@@ -206,7 +190,7 @@ def read_csv_columns(path: Path, columns: tuple[str, ...], what: str = "") -> It
             continue
         if len(row) != len(header):
             raise DataError(f"expected {len(header)} columns, found {len(row)}", path, reader.line_num)
-        yield reader.line_num, {c: row[i] for c, i in zip(columns, index)}
+        yield reader.line_num, {c: capped(row[i]) for c, i in zip(columns, index)}
 
 
 def package_folder(package: str, folder: str) -> Path | None:

@@ -61,7 +61,7 @@ def build_tiny(directory: Path, layers: int = 2, heads: int = 4, hidden: int = 3
     torch.manual_seed(0)
     model = BertModel(config)
     torch.random.set_rng_state(state)
-    from kinject.io import atomic_directory
+    from kinject.files import atomic_directory
 
     with atomic_directory(directory) as tmp:  # another process building the same model first wins
         model.save_pretrained(tmp, safe_serialization=True)
@@ -83,10 +83,36 @@ def resolve_model(name: str, cache_dir: Path) -> str:
     if path.exists():
         if not (path / "config.json").exists():
             raise KinjectError(f"model {name!r}: directory has no config.json")
+        check_pickled_weights(path, name)
         return str(path.resolve())
     if name.startswith((".", "/", "~")):
         raise KinjectError(f"model {name!r}: no such directory")
     return name  # a hub id; from_pretrained honours HF_HUB_OFFLINE
+
+
+def check_pickled_weights(folder: Path, name: str) -> None:
+    """A local model whose weights are only pickled (``pytorch_model*.bin``, no safetensors) must pass torch's
+    restricted unpickler (``weights_only``), as transformers loads it; checked here, before any stage, so a file
+    it refuses is one line naming the file instead of tracebacks inside a stage."""
+    import pickle
+
+    if any(Path(folder).glob("*.safetensors")):
+        return
+    for weights in sorted(Path(folder).glob("pytorch_model*.bin")):
+        import torch
+
+        try:
+            try:
+                torch.load(weights, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as exc:
+                if "mmap" not in str(exc):
+                    raise
+                torch.load(weights, map_location="cpu", weights_only=True)  # the legacy (non-zip) format
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError) as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise KinjectError(f"model {name!r}: {weights} is refused by torch's safe loader ({reason}); "
+                               "save the model with safetensors (save_pretrained(dir, safe_serialization=True))") \
+                from None
 
 
 def keep_layers(model, layers: int | None):

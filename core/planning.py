@@ -7,19 +7,23 @@ the engine's CONTRACT). See :mod:`kinject.fingerprint` for what the code fingerp
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kinject import __version__
+from kinject.cache import StageLock, check_finished, clean_stage_folder, file_records, partial_path
 from kinject.distributed import barrier, broadcast, is_main_process, rank, world_size
 from kinject.errors import KinjectError
+from kinject.files import discard, filesystem_fault
 from kinject.fingerprint import code_fingerprint, keyed_dump, stable_hash
 from kinject.interfaces import Stage, StageContext
 
@@ -28,8 +32,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __kinject_fingerprint__ = False  # orchestration: what it does to a stage is covered by CONTRACT
 
+log = logging.getLogger("kinject")
+
 #: bump when the engine changes what a stage body receives (invalidates every cached stage)
-CONTRACT = "2"
+CONTRACT = "3"
 
 
 @dataclass
@@ -148,29 +154,63 @@ def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path
               alone: bool = False) -> tuple[bool, float]:
     """Run one stage unless cached. Returns (cached, seconds).
 
-    ``alone``: this process runs the stage by itself (a spread stage under torchrun): no barriers, and the
-    body runs in a fresh single-process worker (:mod:`kinject.worker`).
+    A finished stage is used when its files match their digests; otherwise this process takes the stage's lock
+    (:class:`kinject.cache.StageLock`): whoever holds it computes, everybody else waits and then finds it finished
+    (a cache hit). A damaged finished stage is recomputed, with a warning. ``alone``: this process runs the stage
+    by itself (a spread stage under torchrun): no barriers, and the body runs in a fresh single-process worker
+    (:mod:`kinject.worker`).
     """
+    stage, key, folder = planned.stage, planned.key, planned.folder
+    main = alone or is_main_process()
+    start = time.perf_counter()
+    with ExitStack() as stack:
+        done = main and _intact(folder, stage.name, discard_damaged=False)
+        if main and not done:
+            stack.enter_context(StageLock(folder, stage.name, run=str(run.output or "")))
+            done = _intact(folder, stage.name, discard_damaged=True)  # finished while we waited?
+        if not alone:
+            done = bool(broadcast(done))
+        run.hooks().kinject_stage_start(stage=stage.name, key=key, cached=done)
+        if not done:
+            _compute(run, planned, stage_dirs, alone, start)
+    seconds = time.perf_counter() - start
+    run.hooks().kinject_stage_end(stage=stage.name, key=key, cached=done, seconds=seconds)
+    return done, seconds
+
+
+def _intact(folder: Path, name: str, discard_damaged: bool) -> bool:
+    """Whether the stage at ``folder`` is finished with every file as recorded. Under its lock
+    (``discard_damaged``), a damaged one is removed (with a warning), as is a folder without stage.json."""
+    finished, damaged = check_finished(folder)
+    if finished and not damaged:
+        return True
+    if discard_damaged and folder.exists():
+        if damaged:
+            log.warning("stage %s: the cached result %s was changed since it was computed (%s); computing it again",
+                        name, folder, ", ".join(damaged[:3]) + (" ..." if len(damaged) > 3 else ""))
+        discard(folder)
+    return False
+
+
+def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path], alone: bool, start: float) -> None:
+    """Compute a stage this process holds the lock of (all processes of a launch take part unless ``alone``)."""
     stage, key, folder = planned.stage, planned.key, planned.folder
     sync = (lambda: None) if alone else barrier
     main = alone or is_main_process()
-    hooks = run.hooks()
-    done = (folder / "stage.json").exists()
-    hooks.kinject_stage_start(stage=stage.name, key=key, cached=done)
-    start = time.perf_counter()
-    if not done:
-        partial = folder.with_name(folder.name + ".partial")
-        if main:
-            if partial.exists() and not run.resume:
-                shutil.rmtree(partial)
-            if (partial / "out").exists():
-                shutil.rmtree(partial / "out")  # outputs are rewritten; checkpoints in work/ survive
-            (partial / "out").mkdir(parents=True, exist_ok=True)
-            (partial / "work").mkdir(parents=True, exist_ok=True)
-        sync()
-        ctx = StageContext(name=stage.name, key=key, out=partial / "out", work=partial / "work",
-                           inputs={name: stage_dirs[name] for name in stage.inputs}, resume=run.resume,
-                           cache_dir=run.env.cache_dir, offline=run.env.offline)
+    partial = partial_path(folder)
+    if main:
+        clean_stage_folder(folder.parent)
+        if partial.exists() and not run.resume:
+            shutil.rmtree(partial)  # left by a process that died (we hold its lock)
+        if (partial / "out").exists():
+            shutil.rmtree(partial / "out")  # outputs are rewritten; checkpoints in work/ survive
+        (partial / "out").mkdir(parents=True, exist_ok=True)
+        (partial / "work").mkdir(parents=True, exist_ok=True)
+    sync()
+    ctx = StageContext(name=stage.name, key=key, out=partial / "out", work=partial / "work",
+                       inputs={name: stage_dirs[name] for name in stage.inputs}, resume=run.resume,
+                       cache_dir=run.env.cache_dir, offline=run.env.offline)
+    try:
         if alone:
             _run_in_worker(stage, ctx)
         else:
@@ -179,14 +219,30 @@ def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path
         if main:
             info = {"stage": stage.name, "key": key, "record": planned.record,
                     "config": stage.config.model_dump(mode="json"), "kinject": __version__,
-                    "seconds": round(time.perf_counter() - start, 3), "rank": rank()}
+                    "seconds": round(time.perf_counter() - start, 3), "rank": rank(),
+                    "files": file_records(partial / "out")}
             (partial / "out" / "stage.json").write_text(json.dumps(info, indent=2, default=str))
-            (partial / "out").rename(folder)
+            _finish(partial / "out", folder)
             shutil.rmtree(partial, ignore_errors=True)
-        sync()
-    seconds = time.perf_counter() - start
-    hooks.kinject_stage_end(stage=stage.name, key=key, cached=done, seconds=seconds)
-    return done, seconds
+    except Exception as exc:
+        fault = None if isinstance(exc, KinjectError) else filesystem_fault(exc, partial)
+        if fault is None:
+            raise
+        if main:
+            shutil.rmtree(partial, ignore_errors=True)  # a full disk gets its room back
+        raise fault from None
+    sync()
+
+
+def _finish(out: Path, folder: Path) -> None:
+    """Rename a computed stage into place; one that is already there and finished (a process that did not see
+    this one's lock, e.g. on a filesystem without working locks) is as good: ours is dropped."""
+    try:
+        out.rename(folder)
+    except OSError:
+        if not (folder / "stage.json").exists():
+            raise
+        log.info("stage %s: finished by another process at the same time; using its result", folder.parent.name)
 
 
 def _run_in_worker(stage: Stage, ctx: StageContext) -> None:

@@ -221,6 +221,64 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+#: ``Field(..., json_schema_extra=FILE_PATH)``: the field names a file or folder; a relative value written in a config
+#: file is taken relative to that file's folder (:func:`resolve_config_paths`).
+FILE_PATH: dict[str, Any] = {"path": True}
+RUN_PATHS = ("output", "data_dir", "cache_dir")
+
+
+def _absolute(value: Any, base: Path, existing: bool = False) -> Any:
+    """``value`` (a path or a list of paths) relative to ``base``; with ``existing``, only where that exists (a
+    plugin's own lookup, e.g. in the data dir, applies to the others)."""
+    if isinstance(value, list):
+        return [_absolute(v, base, existing) for v in value]
+    if not isinstance(value, str) or not value:
+        return value
+    path = Path(value).expanduser()
+    if path.is_absolute() or (existing and not (base / path).exists()):
+        return value
+    return str(base / path)
+
+
+def _plugin_paths(kind: str, section: Any, base: Path) -> None:
+    """Make the FILE_PATH fields of one plugin section absolute; nested sections with a ``name`` (e.g. STILT's
+    intermediate tasks) are task sections."""
+    from kinject.errors import KinjectError
+    from kinject.registry import registry
+
+    if not isinstance(section, dict) or not isinstance(section.get("name"), str):
+        return
+    try:
+        fields = registry(kind).get(section["name"]).Config.model_fields
+    except (KinjectError, AttributeError):
+        return  # an unknown or broken plugin: reported by validation later
+    for name, value in list(section.items()):
+        extra = fields[name].json_schema_extra if name in fields else None
+        if isinstance(extra, dict) and extra.get("path"):
+            section[name] = _absolute(value, base, existing=True)
+        elif isinstance(value, list):
+            for item in value:
+                _plugin_paths("tasks", item, base)
+        elif isinstance(value, dict):
+            _plugin_paths("tasks", value, base)
+
+
+def resolve_config_paths(data: dict, config_file: Path) -> dict:
+    """Spec data read from ``config_file`` with its relative paths taken relative to the file's folder, so a config
+    means the same from any folder: output, data_dir and cache_dir always; a plugin field marked FILE_PATH when the
+    file or folder is there (else the plugin looks it up as usual: working directory, data dir)."""
+    data = copy.deepcopy(data)
+    base = Path(config_file).expanduser().absolute().parent
+    for key in RUN_PATHS:
+        if key in data:
+            data[key] = _absolute(data[key], base)
+    _plugin_paths("tasks", data.get("task"), base)
+    _plugin_paths("strategies", data.get("strategy"), base)
+    for source in data.get("sources") or []:
+        _plugin_paths("sources", source, base)
+    return data
+
+
 def load_yaml(path: Path) -> dict:
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -237,6 +295,11 @@ def load_yaml(path: Path) -> dict:
     if not isinstance(data, dict):
         raise SpecError(f"{path}:1: a run spec must be a mapping, got {type(data).__name__}")
     return data
+
+
+def load_spec_file(path: Path) -> dict:
+    """A YAML run spec (:func:`load_yaml`) with its relative paths resolved (:func:`resolve_config_paths`)."""
+    return resolve_config_paths(load_yaml(path), path)
 
 
 def build_spec(data: dict) -> RunSpec:

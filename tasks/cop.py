@@ -18,6 +18,7 @@ from kinject.interfaces import Environment
 from kinject.catalogue import DatasetInfo, register_dataset
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_cop
+from kinject.spec import FILE_PATH
 
 COP = register_dataset(DatasetInfo(
     name="cop", folder="cop", splits={f"{t}/{s}": f"{t}/{s}.csv" for t in prepare_cop.LABEL_COLUMNS for s in ("train", "dev", "test")},
@@ -29,7 +30,8 @@ _CODE = re.compile(r"^(\d{2,3}|V\d{2}|E\d{3})$")  # a 3-digit ICD-9 category (pr
 
 
 class CopConfig(SequenceTaskConfig):
-    path: Path | None = Field(None, description="Folder with the task's CSVs (default <data_dir>/cop/<task>).")
+    path: Path | None = Field(None, description="Folder with the task's CSVs (default <data_dir>/cop/<task>).",
+                              json_schema_extra=FILE_PATH)
     label_column: str | None = Field(None, description="Label column (default: the published name, e.g. "
                                      "hospital_expire_flag, los_label, short_codes).")
 

@@ -17,7 +17,8 @@ from datetime import datetime
 from pathlib import Path
 
 from kinject.errors import DataError, DataMissingError
-from kinject.io import atomic_file, read_csv_columns
+from kinject.io import read_csv_columns
+from kinject.files import atomic_file
 
 SECTIONS = {  # kept section -> header keywords (lower case, matched as a prefix of the header)
     "CHIEF COMPLAINT": ("chief complaint",),

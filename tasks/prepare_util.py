@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from kinject.catalogue import DatasetInfo, prepared_cache
-from kinject.io import atomic_directory, atomic_file, atomic_write_text
+from kinject.files import atomic_directory, atomic_file, atomic_write_text
 
 _ABBREVIATIONS = {
     "e.g", "i.e", "vs", "al", "fig", "figs", "ref", "refs", "approx", "ca", "cf", "dr", "no", "nos", "resp", "sp",

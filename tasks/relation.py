@@ -17,6 +17,7 @@ from pydantic import Field
 from kinject.errors import DataError
 from kinject.interfaces import Environment
 from kinject.io import read_jsonl, text_field
+from kinject.spec import FILE_PATH
 from kinject.catalogue import DatasetInfo, register_dataset
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_chemprot, prepare_ddi
@@ -26,7 +27,7 @@ from kinject.tasks.prepare_util import ensure_prepared, render
 class RelationConfig(SequenceTaskConfig):
     path: Path | None = Field(None, description="Folder with prepared train/dev/test.jsonl (default: "
                               "<data_dir>/<dataset>/prepared, else converted from the original release "
-                              "into the cache).")
+                              "into the cache).", json_schema_extra=FILE_PATH)
     entity_style: Literal["dummy", "markers"] = Field(
         "dummy", description="dummy: replace the mentions by @TYPE$ (BLURB); markers: keep them, wrapped in "
         "[E1]..[/E1] / [E2]..[/E2].")

@@ -11,10 +11,12 @@ from kinject.errors import DataError, DataMissingError
 from kinject.interfaces import Environment
 from kinject.io import read_jsonl, read_tsv, text_field
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
+from kinject.spec import FILE_PATH
 
 
 class TextClsConfig(SequenceTaskConfig):
-    path: Path | None = Field(None, description="Folder with train/dev/test files (.jsonl or .tsv with a header).")
+    path: Path | None = Field(None, description="Folder with train/dev/test files (.jsonl or .tsv with a header).",
+                              json_schema_extra=FILE_PATH)
     text_field: str = Field("text", description="Column holding the text.")
     text_pair_field: str | None = Field(None, description="Column holding the second text (pair tasks).")
     label_field: str = Field("label", description="Column holding the label.")

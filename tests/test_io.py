@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinject.io import atomic_directory, atomic_file, atomic_write_text
+from kinject.files import atomic_directory, atomic_file, atomic_write_text
 
 
 def leftovers(folder):

@@ -161,17 +161,14 @@ def test_length_grouped_batches_partial_last_longest_first():
     assert useful_token_fraction(lengths, batches) > 0.9  # random batches: ~0.6
 
 
-def test_length_grouped_batches_serves_the_torch_rng_sampler():
-    """With ``permutation`` from the global torch RNG it is exactly kinject.training's sampler."""
+def test_length_grouped_batches_serves_the_training_sampler():
+    """With a generator seeded by (seed, epoch) it is exactly kinject.training's sampler in that epoch."""
     import random
-
-    import torch
 
     from kinject.training import LengthBucketSampler
 
     lengths = [random.Random(1).randint(5, 120) for _ in range(203)]
-    torch.manual_seed(7)
-    expected = list(LengthBucketSampler(lengths, batch_size=16))
-    torch.manual_seed(7)
-    batches = length_grouped_batches(lengths, 16, permutation=lambda n: torch.randperm(n).tolist())
-    assert [i for b in batches for i in b] == expected
+    sampler = LengthBucketSampler(lengths, batch_size=16, seed=7)
+    sampler.set_epoch(2)
+    batches = length_grouped_batches(lengths, 16, rng=np.random.default_rng([7, 2]))
+    assert [i for b in batches for i in b] == list(sampler)

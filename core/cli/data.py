@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import typer
 
-from kinject.io import atomic_directory
+from kinject.files import atomic_directory
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Datasets: list, prepare, download.")
 

@@ -77,9 +77,9 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
 
 
 def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir):
-    from kinject.spec import apply_overrides, build_spec, load_yaml
+    from kinject.spec import apply_overrides, build_spec, load_spec_file
 
-    data = load_yaml(config) if config else {}
+    data = load_spec_file(config) if config else {}
     if strategy:
         old = data.get("strategy") or {}
         data["strategy"] = old if old.get("name") == strategy else {"name": strategy}
@@ -174,6 +174,7 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
     command = ["kinject", *sys.argv[1:]] if _ARGV is None else ["kinject", *_ARGV]
     seeds = [spec.seed + i for i in range(repeats)]
     runs = [engine.prepare(spec.model_copy(update={"seed": s}), resume=resume, command=command) for s in seeds]
+    engine.check_output(out, runs[0].env)  # a folder a run may replace: before anything runs
     if dry_run:
         _dry_run(runs[0])
         return
@@ -230,9 +231,9 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
                                           tuple(spec.training.eval_splits) if spec.training.eval_splits else None,
                                           spec.model.attn_implementation, bool(spec.training.bf16))
     if output:
-        output.mkdir(parents=True, exist_ok=True)
-        (output / "metrics.json").write_text(json.dumps(metrics, indent=2))
-        write_predictions(records, output / "predictions")
+        with engine.run_folder(output, run_ctx, "eval") as folder:
+            (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
+            write_predictions(records, folder / "predictions")
     _print_metrics(f"{model_dir} on {task}", metrics)
 
 
@@ -349,3 +350,11 @@ def main(argv: list[str] | None = None) -> None:
             raise
         err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the disk refused a write outside a stage (a log file, a summary): still one line
+        from kinject.files import FAULTS
+
+        if debug or exc.errno not in FAULTS:
+            raise
+        err_console.print(f"[red]error:[/] {escape(str(exc.filename or ''))}: {FAULTS[exc.errno]}", highlight=False,
+                          soft_wrap=True)
+        sys.exit(2)

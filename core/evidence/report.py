@@ -21,7 +21,7 @@ from kinject.evidence.compare import comparison_table, compare_runs
 from kinject.evidence.papers import figures_for, paper_title
 from kinject.evidence.render import Block, Code, Details, Heading, Image, Para, TableBlock, to_html, to_markdown
 from kinject.evidence.runs import RunSet, find_runs
-from kinject.io import atomic_directory
+from kinject.files import atomic_directory
 
 SKIP_DIRS = {"model", "predictions"}
 

@@ -24,17 +24,26 @@ def _quiet_optuna():
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats
 
 
-def open_storage(url: str):
-    """An optuna RDB storage with heartbeats; an unreachable or malformed URL -> one-line KinjectError."""
+def open_storage(url: str, attempts: int = 5):
+    """An optuna RDB storage with heartbeats; an unreachable or malformed URL -> one-line KinjectError.
+
+    Processes started together on a new storage race to create its tables; the loser's "already exists" is
+    retried (the storage is then there to join)."""
+    import time
+
     import optuna
 
     _quiet_optuna()
-    try:
-        return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
-    except Exception as exc:  # noqa: BLE001 - sqlalchemy/driver errors of every kind mean "cannot use it"
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise KinjectError(f"--storage {url}: cannot open the study storage ({type(exc).__name__}: "
-                           f"{reason[:200]})") from None
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+        except Exception as exc:  # noqa: BLE001 - sqlalchemy/driver errors of every kind mean "cannot use it"
+            if "already exists" in str(exc) and attempt + 1 < attempts:
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise KinjectError(f"--storage {url}: cannot open the study storage ({type(exc).__name__}: "
+                               f"{reason[:200]})") from None
 
 
 def open_study(storage, name: str, direction: str):
@@ -73,7 +82,7 @@ def _objective(space: list[Param], base: dict, output: Path, strategy: str, metr
                announce: Callable[[str], None]) -> Callable:
     from kinject import engine
     from kinject.hooks import plugin_manager
-    from kinject.io import atomic_write_text
+    from kinject.files import atomic_write_text
     from kinject.spec import build_spec
 
     def objective(trial) -> float:
@@ -144,10 +153,15 @@ def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, ou
     metric = _check_objective(run, metric, split)
     output = Path(output)
     name = study_name or f"kinject-{base['strategy']['name']}-{base['task']['name']}"
-    store = open_storage(storage) if storage else None
-    output.mkdir(parents=True, exist_ok=True)
-    store = store or open_storage(f"sqlite:///{(output / 'study.db').resolve()}")
-    study = open_study(store, name, direction)
+    from filelock import FileLock
+
+    from kinject.files import check_writable
+
+    store = open_storage(storage) if storage else None  # a bad URL fails before anything is written
+    check_writable(output, "sweep folder")
+    with FileLock(str(output / ".study.lock")):  # processes started together create one study and all join it
+        store = store or open_storage(f"sqlite:///{(output / 'study.db').resolve()}")
+        study = open_study(store, name, direction)
     study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials))  # reproducible per invocation
     queued = retry_failed(study)
     if queued:
@@ -171,7 +185,7 @@ def write_best(study, output: Path) -> dict[str, Any] | None:
     """``output/best.yaml``: the best finished trial's spec (None when no trial completed)."""
     from optuna.trial import TrialState
 
-    from kinject.io import atomic_write_text
+    from kinject.files import atomic_write_text
 
     if not any(t.state == TrialState.COMPLETE for t in study.trials):
         return None

@@ -152,9 +152,9 @@ def base_spec_data(strategy: str, task: str | None, config: Path | None, sets: l
                    fields: dict[str, Any]) -> dict:
     """The sweep's fixed part: ``--config`` YAML, strategy and task names, ``fields`` (e.g. ``model.name``,
     ``seed``), then ``--set`` overrides. No ``output``: each trial sets its own."""
-    from kinject.spec import apply_overrides, load_yaml
+    from kinject.spec import apply_overrides, load_spec_file
 
-    data = load_yaml(config) if config else {}
+    data = load_spec_file(config) if config else {}
     for key, name in (("strategy", strategy), ("task", task)):
         if name and (data.get(key) or {}).get("name") != name:
             data[key] = {"name": name}

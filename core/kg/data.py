@@ -4,7 +4,7 @@
 entity and relation vocabularies stay in memory), tokenizes each distinct entity and relation text once
 (batched fast tokenizer, optionally several processes), assembles every sequence with vectorised numpy
 and writes memory-mapped Arrow files into ``<cache>/kg/<key>/`` where key = hash(source fingerprint +
-filters + tokenizer + config). It is written with :func:`kinject.io.atomic_directory`, so a failure (bad
+filters + tokenizer + config). It is written with :func:`kinject.files.atomic_directory`, so a failure (bad
 input) leaves no cache behind.
 """
 
@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kinject.errors import DataError, KinjectError, SpecError
 from kinject.interfaces import Environment, KnowledgeSource
-from kinject.io import atomic_directory
+from kinject.files import atomic_directory
 from kinject.kg.intern import Vocab, intern_triples
 from kinject.kg.batching import (IGNORE, KGCollator, length_grouped_batches, lengths_of,  # noqa: F401 (contract)
                                  useful_token_fraction)

@@ -11,7 +11,7 @@ import numpy as np
 
 from kinject.errors import DataError, SpecError
 from kinject.interfaces import Triple
-from kinject.io import atomic_directory
+from kinject.files import atomic_directory
 from kinject.kg.intern import Vocab, intern_triples
 
 

@@ -28,6 +28,7 @@ from kinject.interfaces import Environment, KnowledgeSource, PluginConfig, Task
 from kinject.sources.filters import BadRows
 from kinject.sources.readers import iter_text_lines
 from kinject.refs import files_fingerprint
+from kinject.spec import FILE_PATH
 
 log = logging.getLogger("kinject")
 
@@ -137,7 +138,8 @@ class CorpusSource(KnowledgeSource):
 
     class Config(PluginConfig):
         paths: list[str] = Field(default_factory=list, description="Files or folders (.txt: one text per "
-                                 "non-empty line; .jsonl: the text_field of each object; .gz allowed); streamed.")
+                                 "non-empty line; .jsonl: the text_field of each object; .gz allowed); streamed.",
+                                 json_schema_extra=FILE_PATH)
         text_field: str = Field("text", description="JSONL key holding the text.")
         tasks: list[TaskEntry] = Field(default_factory=list, description="Tasks whose train/dev text joins the "
                                        "corpus, read by the task itself: names or {name: ..., <task options>}; "
@@ -255,7 +257,7 @@ class CorpusSource(KnowledgeSource):
             return json.loads(marker.read_text())["usable"]
         usable = sum(1 for text in self._file_texts(path, BadRows(self.config.on_bad_rows))
                      if len(" ".join(text.split())) >= self.config.min_chars)
-        from kinject.io import atomic_write_text
+        from kinject.files import atomic_write_text
 
         atomic_write_text(marker, json.dumps({"path": str(path), "usable": usable}))
         return usable

@@ -22,6 +22,7 @@ from kinject.io import package_folder
 from kinject.sources.filters import BadRows, FilterFields
 from kinject.sources.readers import iter_text_lines
 from kinject.sources.triples import TriplesSourceBase
+from kinject.spec import FILE_PATH
 
 RELATIONS = {"isa": "is a", "disease": "has phenotype", "gene": "associated with"}
 _QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"')
@@ -115,7 +116,7 @@ class HpoSource(TriplesSourceBase):
         around: str | None = Field(None, description="A text file of HPO term ids (HP:0001250), one per line ('#' "
                                    "comments and blank lines ignored; a relative path is looked up in the working "
                                    "directory, then the data dir): keep only the triples near those terms (hops). "
-                                   "Its content is part of the cache key.")
+                                   "Its content is part of the cache key.", json_schema_extra=FILE_PATH)
         hops: int = Field(1, ge=1, description="With around: keep a triple when its head or tail is at most hops - 1 "
                           "edges from a listed term (1: the triples that touch a listed term; 2: also those that "
                           "touch one of their other entities), counting edges of the included kinds in either "

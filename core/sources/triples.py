@@ -14,6 +14,7 @@ from kinject.interfaces import Environment, KnowledgeSource, Triple
 from kinject.refs import files_fingerprint
 from kinject.sources.filters import BadRows, FilterFields, apply_filters
 from kinject.sources.readers import Columns, detect_format, iter_table_triples, read_text_map
+from kinject.spec import FILE_PATH
 
 TRIPLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".txt", ".tsv.gz", ".csv.gz", ".jsonl.gz", ".txt.gz")
 HSDN_HEADER = ("symptom_name", "disease_name", "tfidf_score")
@@ -53,7 +54,8 @@ class TriplesSource(TriplesSourceBase):
 
     class Config(FilterFields):
         path: str = Field(..., description="A triples file, or a folder (KG-BERT layout: train/dev/test.tsv + "
-                          "entity2text.txt + relation2text.txt; else every .tsv/.csv/.jsonl in it).")
+                          "entity2text.txt + relation2text.txt; else every .tsv/.csv/.jsonl in it).",
+                          json_schema_extra=FILE_PATH)
         format: Literal["auto", "tsv", "csv", "jsonl"] = Field("auto", description="File format (auto: suffix).")
         layout: Literal["auto", "plain", "kgbert", "hsdn"] = Field(
             "auto", description="plain: head, relation, tail[, weight] columns; kgbert: ids mapped through "
@@ -67,8 +69,10 @@ class TriplesSource(TriplesSourceBase):
                                          "column / 'weight' key when present).")
         relation_name: str | None = Field(None, description="One relation for every row (link lists).")
         header: bool | None = Field(None, description="First row is a header (None: when columns are named).")
-        entity_text: str | None = Field(None, description="id<TAB>text file mapping entity ids to names.")
-        relation_text: str | None = Field(None, description="id<TAB>text file mapping relation ids to phrases.")
+        entity_text: str | None = Field(None, description="id<TAB>text file mapping entity ids to names.",
+                                         json_schema_extra=FILE_PATH)
+        relation_text: str | None = Field(None, description="id<TAB>text file mapping relation ids to phrases.",
+                                           json_schema_extra=FILE_PATH)
 
     # -- layout ------------------------------------------------------------------------------------
     def _root(self, env: Environment) -> Path:

@@ -18,6 +18,7 @@ from kinject.interfaces import Environment, Triple
 from kinject.sources.filters import BadRows, FilterFields
 from kinject.sources.readers import iter_text_lines
 from kinject.sources.triples import TriplesSourceBase
+from kinject.spec import FILE_PATH
 
 # column positions (UMLS Reference Manual, "Concept Names and Sources (File = MRCONSO.RRF)" / MRREL.RRF)
 CONSO = {"CUI": 0, "LAT": 1, "TS": 2, "STT": 4, "ISPREF": 6, "SAB": 11, "STR": 14, "SUPPRESS": 16}
@@ -41,7 +42,8 @@ class UmlsSource(TriplesSourceBase):
     """UMLS Metathesaurus relations (MRREL) named by English preferred names (MRCONSO), by vocabulary."""
 
     class Config(FilterFields):
-        path: str = Field(..., description="Folder holding MRCONSO.RRF and MRREL.RRF (a release's META/ folder).")
+        path: str = Field(..., description="Folder holding MRCONSO.RRF and MRREL.RRF (a release's META/ folder).",
+                          json_schema_extra=FILE_PATH)
         sabs: list[str] = Field(["SNOMEDCT_US"], description="Source vocabularies kept (MRREL.SAB; concepts "
                                 "need an atom from one of them). Empty list: all.")
         relations: list[str] | None = Field(None, description="Keep only these RELA (or REL when RELA is empty).")

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from kinject.interfaces import PluginConfig
+from kinject.spec import FILE_PATH
 
 Variant = Literal["finetune", "pruned", "no-mask", "hard", "soft", "b+f", "random", "from-scratch"]
 
@@ -90,7 +91,8 @@ class KimeraConfig(PluginConfig):
     mask_file: str | None = Field(None, description="A masks.json of an earlier KIMERA run (its run directory's "
                                   "masks.json, or the directory): use its mask instead of searching one. The mask "
                                   "stage is then keyed by the mask's values only, so runs on other tasks or seeds "
-                                  "share it, and the retraining after it (the paper: one mask for all evaluations).")
+                                  "share it, and the retraining after it (the paper: one mask for all evaluations).",
+                                  json_schema_extra=FILE_PATH)
     until: Literal["mask", "all"] = Field("all", description="mask: stop after the mask search (phase-1 fine-tune "
                                           "and kimera-mask-<kind>; masks.json and search.json go into the run "
                                           "directory), e.g. to search masks on several score_seed; all: the whole "

@@ -25,7 +25,7 @@ from .gating import HeadLayout, head_layout
 
 def save_masks(path: Path, **masks) -> None:
     """Write named (L, H) masks/score tables as JSON lists."""
-    from kinject.io import atomic_write_text
+    from kinject.files import atomic_write_text
 
     data = {name: (value.tolist() if hasattr(value, "tolist") else value) for name, value in masks.items()}
     atomic_write_text(Path(path), json.dumps(data, indent=1))

@@ -174,6 +174,9 @@ class MultiTaskBatchSampler:
     for as many turns as the largest task has batches; a smaller task starts a new shuffled pass when it runs
     out. ``batches_of(lengths, batch_size, seed)`` yields index lists for one task (kinject.kg.batching's
     length_grouped_batches); a task whose alpha is 0 is left out.
+
+    An epoch's plan depends only on the seed and the epoch, which the Trainer sets (:meth:`set_epoch`), so a run
+    resumed in the middle of any epoch replays that epoch's plan; iterated without it, each pass is the next epoch.
     """
 
     def __init__(self, data: KGBatchDataset, batch_size: int, seed: int, alphas: dict[str, float], batches_of,
@@ -187,7 +190,8 @@ class MultiTaskBatchSampler:
         self.tasks = [n for n in data.names if alphas.get(n, 1.0) > 0]
         self.lengths = {n: lengths_of(data.tasks[n]) for n in self.tasks}
         self.epoch = 0
-        self._cache = self._plan(0)
+        self._plans: dict[int, list[list[int]]] = {}
+        self._told = False  # set_epoch called: the Trainer counts the epochs
 
     def _task_batches(self, name: str, seed: int) -> list[list[int]]:
         offset = self.data.offsets[name]
@@ -213,13 +217,21 @@ class MultiTaskBatchSampler:
                 used[name] += 1
         return plan
 
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch, self._told = int(epoch), True
+
+    def _plan_of(self, epoch: int) -> list[list[int]]:
+        if epoch not in self._plans:
+            self._plans = {epoch: self._plan(epoch)}  # keep one epoch's plan
+        return self._plans[epoch]
+
     def __len__(self) -> int:
-        return len(self._cache)
+        return len(self._plan_of(self.epoch))
 
     def __iter__(self):
-        plan, self._cache = self._cache, None
-        self.epoch += 1
-        self._cache = self._plan(self.epoch)
+        plan = self._plan_of(self.epoch)
+        if not self._told:
+            self.epoch += 1
         return iter(plan)
 
 

@@ -69,6 +69,7 @@ class RetrainConfig(StageConfig):
     weight_decay: float
     warmup_ratio: float
     bf16: bool
+    save_steps: int = Field(500, json_schema_extra=NOT_KEYED)  # checkpoint interval (what --resume restarts from)
 
 
 class PrunedConfig(StageConfig):
@@ -175,7 +176,7 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     steps = kg["kg_steps"]
     training = TrainingSpec(epochs=1, max_steps=steps, learning_rate=kg["kg_learning_rate"],
                             batch_size=kg["kg_batch_size"], weight_decay=cfg.weight_decay,
-                            warmup_ratio=cfg.warmup_ratio, group_by_length=False, save_steps=max(steps // 2, 1),
+                            warmup_ratio=cfg.warmup_ratio, group_by_length=False, save_steps=cfg.save_steps,
                             logging_steps=max(steps // 10, 1), bf16=cfg.bf16)
     scorer = None
     if held is not None:

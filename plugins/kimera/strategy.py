@@ -159,7 +159,8 @@ class KimeraStrategy(Strategy):
             kg={k: v for k, v in cfg.model_dump(mode="json").items() if k.startswith("kg_")},
             alphas=cfg.alphas.model_dump(), task_sampling=cfg.task_sampling, pooling=cfg.pooling,
             other_params=cfg.other_params,
-            weight_decay=training.weight_decay, warmup_ratio=training.warmup_ratio, bf16=bool(training.bf16))
+            weight_decay=training.weight_decay, warmup_ratio=training.warmup_ratio, bf16=bool(training.bf16),
+            save_steps=min(training.save_steps, max(cfg.kg_steps // 2, 1)))
         return Stage(name="kimera-retrain", body=retrain_body, config=config,
                      inputs=(mask_stage,) if mask_stage else (), produces_model=True)
 

@@ -113,7 +113,7 @@ def compare(tokenizers: List[str] = typer.Option(..., "--tokenizer", "-t", help=
 def _write_csv(path: Path, rows: list[dict]) -> None:
     import csv
 
-    from kinject.io import atomic_file
+    from kinject.files import atomic_file
 
     with atomic_file(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -130,7 +130,7 @@ def _write_png(path: Path, rows: list[dict], names: list[str]) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from kinject.io import atomic_file
+    from kinject.files import atomic_file
 
     x = np.arange(len(rows))
     width = 0.8 / len(names)

@@ -133,14 +133,15 @@ def train_mlm(model, dataset, collator, training, work: Path, seed: int, stage: 
     from transformers import Trainer, set_seed
 
     from kinject.distributed import world_size
-    from kinject.training import PaddingCounter, HookCallback, quiet_progress, last_checkpoint, training_arguments
+    from kinject.training import (EpochCallback, HookCallback, PaddingCounter, last_checkpoint, quiet_progress,
+                                  training_arguments)
 
     set_seed(seed)
     counter = PaddingCounter(collator)
     args = training_arguments(training, work, seed, remove_unused_columns=False)
     with sparse_prediction(model) if sparse else nullcontext():
         trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=counter,
-                          callbacks=[HookCallback(stage, None, None)])
+                          callbacks=[HookCallback(stage, None, None), EpochCallback(collator)])
         quiet_progress(trainer)
         checkpoint = last_checkpoint(work) if resume else None
         result = trainer.train(resume_from_checkpoint=checkpoint)

@@ -211,7 +211,7 @@ def mlm_body(cfg: MlmConfig, ctx: StageContext) -> None:
     model, pooler = _start_model(cfg, tokenizer, ctx)
     dataset = Dataset.from_file(str(ctx.inputs[cfg.pack_stage] / "packed.arrow"))
     collator = WholeWordMaskCollator(tokenizer, cfg.masking.probability, cfg.masking.mask_replace,
-                                     cfg.masking.random_replace)
+                                     cfg.masking.random_replace, seed=cfg.seed)
     stats = train_mlm(model, dataset, collator, cfg.training, ctx.work, cfg.seed, ctx.name, ctx.resume)
     if is_main_process():
         save_mlm(model, tokenizer, pooler, ctx.out / "model")

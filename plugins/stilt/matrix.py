@@ -27,7 +27,7 @@ from typing import Any, Callable
 import yaml
 
 from kinject.errors import SpecError
-from kinject.io import atomic_file, atomic_write_text
+from kinject.files import atomic_file, atomic_write_text
 
 log = logging.getLogger("kinject")
 BASELINE = "baseline"

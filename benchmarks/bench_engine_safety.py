@@ -52,7 +52,7 @@ def finetune_args(data: Path, cache: Path, out: Path) -> list[str]:
 def concurrent(tmp: Path, processes: int) -> None:
     from conftest import write_textcls
 
-    data = write_textcls(tmp / "data", n_train=384, n_eval=64)
+    data = write_textcls(tmp / "data", n_train=1024, n_eval=64)
     start = time.perf_counter()
     wait([kinject(finetune_args(data, tmp / "alone", tmp / "alone-run"))])
     alone = time.perf_counter() - start
@@ -79,7 +79,7 @@ def overlong(tmp: Path, megabytes: int) -> None:
     rss = []
     for data, name in ((normal, "normal"), (long, "long")):
         start = time.perf_counter()
-        rss.append((wait([kinject([*base, "--set", f"task.path={data}", "-o", str(tmp / name)])])[0],
+        rss.append((wait([kinject([*base, "--set", f"task.path={data}", "-o", str(tmp / f"{name}-run")])])[0],
                     time.perf_counter() - start))
     print(f"overlong: peak RSS {rss[0][0]:.0f} MB ({rss[0][1]:.1f} s) without, {rss[1][0]:.0f} MB ({rss[1][1]:.1f} s) "
           f"with one {megabytes} MB line in the training file")

@@ -58,10 +58,10 @@ def peak_rss_mib() -> float:
 def child(args) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     from kinject.interfaces import Environment
-    from kinject.kg.data import (KGDataConfig, build_kg_data, length_grouped_batches, lengths_of, load_kg_data,
-                                 useful_token_fraction)
+    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data, lengths_of, load_kg_data
+    from kinject.training import length_grouped_batches, useful_token_fraction
     from kinject.models import load_tokenizer, resolve_model
-    from kinject.sources.triples import TriplesSource
+    from kinject.plugins.knowledge.sources.triples import TriplesSource
 
     env = Environment(data_dir=Path(args.cache), cache_dir=Path(args.cache))
     tokenizer = load_tokenizer(resolve_model(args.model, env.cache_dir))

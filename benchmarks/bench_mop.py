@@ -32,9 +32,9 @@ CACHE = Path(os.environ.get("KINJECT_CACHE_DIR", Path(tempfile.gettempdir()) / "
 def hpo_rows(model: str, max_triples: int | None):
     """The embedded HPO graph's tail rows for ``model``'s tokenizer (cached Arrow)."""
     from kinject.interfaces import Environment
-    from kinject.kg.data import KGDataConfig, build_kg_data
+    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
     from kinject.models import load_tokenizer, resolve_model
-    from kinject.sources.hpo import default_source
+    from kinject.plugins.knowledge.sources.hpo import default_source
 
     tokenizer = load_tokenizer(resolve_model(model, CACHE))
     data = build_kg_data(default_source(max_triples), Environment(Path("."), CACHE), tokenizer,
@@ -46,7 +46,7 @@ def step(args) -> dict:
     import torch
     from adapters import SeqBnConfig
 
-    from kinject.kg.batching import KGCollator
+    from kinject.plugins.knowledge.kg.batching import KGCollator
     from kinject.models import load_encoder, resolve_model
     from kinject.plugins.mop.knowledge import EntityPredictor, adapter_encoder
 
@@ -138,7 +138,7 @@ def tokens(args) -> dict:
     import numpy as np
     import torch
 
-    from kinject.kg.partition import EntityGraph, metis_parts
+    from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts
     from kinject.plugins.mop.knowledge import assign_triples
     from kinject.training import LengthBucketSampler
 

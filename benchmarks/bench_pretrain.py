@@ -37,7 +37,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 def corpus_texts(n: int) -> list[str]:
     """In-domain text (HoC + PubMedQA train/dev through their readers) when the data dir has it."""
     from kinject.interfaces import Environment
-    from kinject.sources.corpus import CorpusSource
+    from kinject.plugins.knowledge.sources.corpus import CorpusSource
     from kinject.spec import default_cache_dir, default_data_dir
 
     env = Environment(data_dir=default_data_dir(), cache_dir=default_cache_dir())
@@ -154,7 +154,7 @@ def corpus_child(path: str, work: str) -> None:
     from kinject.interfaces import Environment, StageContext
     from kinject.plugins.pretrain.stages import CorpusStageConfig, corpus_body
     from kinject.refs import SourceRef
-    from kinject.sources.corpus import CorpusSource
+    from kinject.plugins.knowledge.sources.corpus import CorpusSource
 
     env = Environment(data_dir=Path(work), cache_dir=Path(work) / "cache")
     source = CorpusSource(paths=[path])

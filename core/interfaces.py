@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:  # pragma: no cover
     from kinject.engine import RunContext
@@ -44,9 +44,40 @@ class Evaluator(Component):
     def compute(self, references: Sequence[Any], predictions: Sequence[Any], **kwargs: Any) -> dict[str, float]:
         raise NotImplementedError
 
-    def metric_names(self) -> list[str] | None:
-        """The names ``compute`` returns with this config (None: only known after computing)."""
-        return None
+    def metric_names(self) -> list[str]:
+        """The names ``compute`` returns with this config (how `kinject compare`, sweeps and searches find the
+        evaluator of a metric). Every evaluator declares them."""
+        raise NotImplementedError(f"evaluator {self.name!r} does not declare its metric names")
+
+    @classmethod
+    def options_for(cls, metric: str) -> dict[str, Any] | None:
+        """The options under which this evaluator reports ``metric`` (None: it never does), so a metric named
+        in a run's metrics.json can be recomputed when the run's task is unknown. Default: its defaults."""
+        try:
+            return {} if metric in cls(cls.Config()).metric_names() else None
+        except Exception:  # noqa: BLE001 - an evaluator without usable defaults defines nothing here
+            return None
+
+
+class MetricRef(PluginConfig):
+    """An evaluator by name with its options (a task's metric list)."""
+
+    name: str = Field(..., description="Evaluator name (see `kinject list evaluators`).")
+    options: dict[str, Any] = Field(default_factory=dict, description="The evaluator's config fields.")
+
+    def build(self) -> Evaluator:
+        """The configured evaluator (from the registry; an invalid option is a SpecError naming it)."""
+        from pydantic import ValidationError
+
+        from kinject.errors import SpecError
+        from kinject.registry import registry
+        from kinject.spec import format_validation_error
+
+        cls = registry("evaluators").get(self.name)
+        try:
+            return cls(cls.Config.model_validate(self.options))
+        except ValidationError as exc:
+            raise SpecError(format_validation_error(exc, prefix=f"metrics.{self.name}", model=cls.Config)) from None
 
 
 # ---------------------------------------------------------------------------------------------- #
@@ -161,17 +192,28 @@ class Task(Component):
               env: Environment) -> dict[str, float]:
         raise NotImplementedError
 
+    #: counts ``score`` reports beside its evaluators' metrics (e.g. "queries")
+    counts: ClassVar[tuple[str, ...]] = ()
+
+    def metric_refs(self) -> list["MetricRef"]:
+        """The evaluators ``score`` runs, with their options (e.g. ChemProt's positive classes)."""
+        return []
+
+    def metric_names(self) -> list[str]:
+        """Every name ``score`` reports: its evaluators' declared names, then its ``counts``. Known before any
+        scoring, so a misspelt metric fails in ``prepare``."""
+        return [name for ref in self.metric_refs() for name in ref.build().metric_names()] + list(self.counts)
+
     def primary_metric(self) -> str:
-        """The metric a table reports first."""
-        raise NotImplementedError
+        """The metric a table reports first (default: the first metric of the first evaluator)."""
+        names = self.metric_names()
+        if not names:
+            raise NotImplementedError(f"task {self.name!r} declares no metrics (metric_refs)")
+        return names[0]
 
     def selection_metric(self) -> str:
         """The metric searches optimise (head masks, sweeps): the primary one unless that is too coarse."""
         return self.primary_metric()
-
-    def metric_names(self) -> list[str] | None:
-        """Every metric ``score`` reports (None when it is only known after scoring)."""
-        return None
 
     #: settings a run starts from unless the spec sets them: {"training": {...}, "model": {...}}
     recommended: ClassVar[dict[str, dict[str, Any]]] = {}
@@ -222,6 +264,13 @@ class TaskGroup(Task):
 
 
 # ---------------------------------------------------------------------------------------------- #
+class StageConfig(BaseModel):
+    """Base of stage configs: strict, and every field is part of the stage's key unless marked ``NOT_KEYED``
+    (:data:`kinject.fingerprint.NOT_KEYED`)."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
 @dataclass
 class StageContext:
     """What a stage body sees besides its config: its folders and the inputs' outputs - never the run."""

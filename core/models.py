@@ -115,6 +115,13 @@ def check_pickled_weights(folder: Path, name: str) -> None:
                 from None
 
 
+def masked_mean(hidden, attention_mask):
+    """(B, T, D) token states -> (B, D): the mean over the positions the attention mask keeps (a row with none
+    gives zeros), in the states' dtype."""
+    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+
+
 def keep_layers(model, layers: int | None):
     """Keep only the first ``layers`` encoder layers of a BERT-style model (in place; config updated)."""
     if layers is None:

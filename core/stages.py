@@ -18,17 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kinject.distributed import is_main_process
 from kinject.fingerprint import NOT_KEYED
-from kinject.interfaces import Environment, Head, Stage, StageContext, Task
+from kinject.interfaces import Environment, Head, Stage, StageConfig, StageContext, Task
 from kinject.refs import ModelRef, TaskRef
 from kinject.spec import TrainingSpec
 
 log = logging.getLogger("kinject")
-
-
-class StageConfig(BaseModel):
-    """Base of stage configs: strict, and every field is part of the key unless marked NOT_KEYED."""
-
-    model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
 
 # -- models ------------------------------------------------------------------------------------------ #
@@ -44,6 +38,8 @@ class MeanPooler:
         import torch
         from torch import nn
 
+        from kinject.models import masked_mean
+
         base = model.base_model
         if getattr(base, "pooler", None) is None:
             from kinject.errors import SpecError
@@ -55,10 +51,7 @@ class MeanPooler:
             mask: torch.Tensor | None = None
 
             def forward(self, hidden):
-                if self.mask is None:
-                    return hidden.mean(1)
-                weights = self.mask.to(hidden.dtype).unsqueeze(-1)
-                return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+                return hidden.mean(1) if self.mask is None else masked_mean(hidden, self.mask)
 
         pool = Pool()
 
@@ -278,64 +271,3 @@ def evaluate_stage(run, model_stage: str = "finetune", name: str = "evaluate", t
                             batch_size=run.spec.training.eval_batch_size)
     return Stage(name=name, body=evaluate_body, config=config, inputs=(model_stage,),
                  artifacts=("predictions",) if export else ())
-
-
-def probe_metric_names(task: Task, env: Environment, model: ModelRef) -> list[str]:
-    """The metric names ``task.score`` reports: declared, or found by scoring random logits on a few examples
-    (so a misspelt metric fails in ``prepare``, before any training)."""
-    import warnings
-
-    names = task.metric_names()
-    if names is not None:
-        return list(names)
-    split = task.eval_splits[0]
-    examples = task.examples(split, env)[:16]
-    features = task.featurize(model.load_tokenizer(), examples, model.max_length, env)
-    head = task.head(env)
-    rng = np.random.default_rng(0)
-    shape = (len(features), max(len(f["input_ids"]) for f in features), head.num_labels) if head.kind == "token" \
-        else (len(features), head.num_labels)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return list(task.score(split, examples, features, rng.normal(size=shape), env))
-
-
-# -- paired comparison ------------------------------------------------------------------------------ #
-class CompareConfig(StageConfig):
-    """A method against its baseline on the same test examples: difference + paired bootstrap interval."""
-
-    task: TaskRef
-    metric: str
-    split: str
-    baseline: str
-    other: str
-    labels: tuple[str, str]
-    resamples: int = 2000
-    seed: int = 0
-
-
-def compare_body(cfg: CompareConfig, ctx: StageContext) -> None:
-    from kinject.evidence import compare_prediction_files
-
-    files = [ctx.inputs[name] / "predictions" / f"{cfg.split}.jsonl" for name in (cfg.baseline, cfg.other)]
-    if not all(f.exists() for f in files):
-        log.warning("compare: no per-example predictions for %s; no interval", cfg.split)
-        return
-    task = cfg.task.build()
-    result = plain(compare_prediction_files(files[0], files[1], cfg.metric, task_kind=task.kind, seed=cfg.seed,
-                                            n_resamples=cfg.resamples, task=task, env=cfg.task.environment(ctx)))
-    result.update({"baseline_name": cfg.labels[0], "other_name": cfg.labels[1], "split": cfg.split,
-                   "metric": cfg.metric})
-    if is_main_process():
-        (ctx.out / "comparison.json").write_text(json.dumps(result, indent=2))
-
-
-def compare_stage(run, baseline: str, other: str, name: str = "compare", labels: tuple[str, str] | None = None,
-                  metric: str | None = None) -> Stage:
-    """Compare the predictions of evaluate stages ``other`` vs ``baseline`` on the test split (or the last
-    evaluated split): the run's metrics.json gets a ``comparison`` entry, the console a line."""
-    splits = run.spec.training.eval_splits or list(run.task.eval_splits)
-    split = "test" if "test" in splits else splits[-1]
-    config = CompareConfig(task=run.task_ref(), metric=metric or run.task.primary_metric(), split=split,
-                           baseline=baseline, other=other, labels=labels or (baseline, other), seed=run.spec.seed)
-    return Stage(name=name, body=compare_body, config=config, inputs=(baseline, other), artifacts=("comparison.json",))

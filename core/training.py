@@ -5,11 +5,49 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from kinject.spec import TrainingSpec
+
+
+def length_grouped_batches(lengths: np.ndarray | Sequence[int], batch_size: int, seed: int | None = None,
+                           mega: int = 50, rng: np.random.Generator | None = None,
+                           permutation: Callable[[int], Sequence[int]] | None = None) -> list[list[int]]:
+    """Shuffled batches of rows of similar length.
+
+    Shuffle the rows, sort them by length (longest first, stable) inside mega-batches of ``mega``
+    batches, cut into batches, shuffle the full batches. The batch with the longest row comes first (memory
+    errors show at once); the one partial batch comes last, so a DataLoader re-batching the flattened index
+    stream keeps every batch intact. Randomness: ``permutation(n)`` (e.g. ``lambda n: torch.randperm(n)
+    .tolist()`` for the global torch RNG), else ``rng``, else ``np.random.default_rng(seed)``.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if permutation is None:
+        generator = rng if rng is not None else np.random.default_rng(seed)
+        permutation = generator.permutation
+    span = batch_size * max(1, mega)
+    order = np.asarray(permutation(len(lengths)), dtype=np.int64)
+    full, partial = [], []
+    for lo in range(0, len(order), span):
+        block = order[lo:lo + span]
+        block = block[np.argsort(-lengths[block], kind="stable")]
+        for i in range(0, len(block), batch_size):
+            (full if len(block[i:i + batch_size]) == batch_size else partial).append(block[i:i + batch_size].tolist())
+    batches = [full[int(i)] for i in permutation(len(full))]
+    if batches:
+        longest = max(range(len(batches)), key=lambda b: lengths[batches[b][0]])
+        batches[0], batches[longest] = batches[longest], batches[0]
+    return batches + partial
+
+
+def useful_token_fraction(lengths: np.ndarray | Sequence[int], batches: list[list[int]]) -> float:
+    """Non-pad tokens / all tokens when each batch is padded to its longest row."""
+    lengths = np.asarray(lengths)
+    useful = sum(int(lengths[b].sum()) for b in batches)
+    total = sum(int(lengths[b].max()) * len(b) for b in batches)
+    return useful / total if total else float("nan")
 
 
 class PaddingCounter:
@@ -56,8 +94,6 @@ class LengthBucketSampler:
         return len(self.lengths)
 
     def __iter__(self):
-        from kinject.kg.batching import length_grouped_batches
-
         rng = np.random.default_rng([self.seed, self.epoch])
         batches = length_grouped_batches(self.lengths, self.batch_size, mega=self.megabatch_mult, rng=rng)
         return iter([i for batch in batches for i in batch])

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from kinject.interfaces import Environment, PluginConfig, TaskGroup
+from kinject.api import Environment, PluginConfig, TaskGroup
 
 TYPES: dict[str, tuple[str, ...]] = {
     "ner": ("bc5chem", "bc5disease", "ncbi-disease", "bc2gm", "jnlpba"),
@@ -41,8 +41,7 @@ class BlurbGroup(TaskGroup):
 
     def members(self, env: Environment) -> list[str]:
         """The selected datasets whose task plugin loads (the others are reported as unavailable)."""
-        from kinject.errors import KinjectError
-        from kinject.registry import registry
+        from kinject.api import KinjectError, registry
 
         chosen = self.config.members or list(TYPE_OF)
         unknown = [m for m in chosen if m not in TYPE_OF]
@@ -59,7 +58,7 @@ class BlurbGroup(TaskGroup):
 
     @staticmethod
     def primary_metric_of(name: str) -> str:
-        from kinject.registry import registry
+        from kinject.api import registry
 
         return registry("tasks").get(name)().primary_metric()
 

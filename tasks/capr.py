@@ -18,13 +18,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from kinject.errors import DataError, DataMissingError, SpecError
-from kinject.interfaces import Environment
-from kinject.catalogue import DatasetInfo, register_dataset
-from kinject.sources.hpo import hpo_data_dir, iter_terms
+from kinject.api import DataError, DataMissingError, Environment, SpecError
+from kinject.tasks.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.hpo_terms import hpo_data_dir, iter_terms
 from kinject.tasks.retrieval import RetrievalConfig, RetrievalTask, read_queries
 from kinject.tasks import prepare_medquad
-from kinject.spec import FILE_PATH
+from kinject.api import FILE_PATH
 
 MEDQUAD = register_dataset(DatasetInfo(
     name="medquad", folder="medquad", splits={"all": "medquad.jsonl.gz"},

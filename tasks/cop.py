@@ -12,13 +12,11 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from kinject.errors import DataError, DataMissingError
-from kinject.io import read_csv_columns
-from kinject.interfaces import Environment
-from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.api import DataError, DataMissingError, Environment, read_csv_columns
+from kinject.tasks.catalogue import DatasetInfo, register_dataset
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_cop
-from kinject.spec import FILE_PATH
+from kinject.api import FILE_PATH
 
 COP = register_dataset(DatasetInfo(
     name="cop", folder="cop", splits={f"{t}/{s}": f"{t}/{s}.csv" for t in prepare_cop.LABEL_COLUMNS for s in ("train", "dev", "test")},
@@ -60,9 +58,6 @@ class CopTask(SequenceClassificationTask):
     def __init__(self, config=None, **overrides):
         super().__init__(config, **overrides)
         self._cache: dict[str, list[dict]] = {}
-
-    def primary_metric(self) -> str:
-        return "auroc_macro"
 
     def folder(self, env: Environment) -> Path:
         return Path(self.config.path) if self.config.path else Path(env.data_dir) / "cop" / self.short

@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from kinject.errors import DataError
-from kinject.interfaces import Environment
-from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.api import DataError, Environment
+from kinject.tasks.catalogue import DatasetInfo, register_dataset
 from kinject.tasks.sequence import SequenceClassificationTask
 from kinject.tasks.token import CatalogueSplits, read_table
 

@@ -14,9 +14,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kinject.errors import DataError
-from kinject.interfaces import Environment
-from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.api import DataError, Environment
+from kinject.tasks.catalogue import DatasetInfo, register_dataset
 from kinject.tasks.sequence import SequenceClassificationTask, evaluate_all
 from kinject.tasks.token import CatalogueSplits, read_table
 
@@ -68,6 +67,7 @@ class HoCTask(CatalogueSplits, SequenceClassificationTask):
     problem_type: ClassVar[str] = "multi_label_classification"
     default_metrics: ClassVar[list[dict]] = [{"name": "f1", "options": {"average": "macro"}},
                                              {"name": "f1", "options": {"average": "micro"}}]
+    counts: ClassVar[tuple[str, ...]] = ("abstracts",)
     recommended: ClassVar[dict] = {"training": {"epochs": 1, "learning_rate": 1e-4, "head_learning_rate": 2e-2}}
     recommended_note: ClassVar[str] = (
         "checked on dev, not swept (docs/results-history.md, 'Baselines'): minilm, 1 epoch of the 12k training sentences, lr 1e-4, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo, register_dataset
 from kinject.tasks.token import CatalogueSplits, TokenClassificationTask, read_conll
 
 CRICHTON = ("https://raw.githubusercontent.com/cambridgeltl/MTL-Bioinformatics-2016/"

@@ -21,10 +21,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from kinject.errors import DataError, DataMissingError
-from kinject.interfaces import Environment
-from kinject.io import iter_lines
-from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.api import DataError, DataMissingError, Environment, iter_lines
+from kinject.tasks.catalogue import DatasetInfo, register_dataset
 from kinject.tasks.sequence import evaluate_all, unit_ids
 from kinject.tasks.token import CatalogueSplits, TokenClassificationTask, TokenTaskConfig, encode
 

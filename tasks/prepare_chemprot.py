@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
-from kinject.errors import DataError, DataMissingError
+from kinject.api import DataError, DataMissingError
 from kinject.tasks.prepare_util import render, split_sentences, write_splits
 
 EVALUATED = ("CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9")

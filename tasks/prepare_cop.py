@@ -16,9 +16,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from kinject.errors import DataError, DataMissingError
-from kinject.io import read_csv_columns
-from kinject.files import atomic_file
+from kinject.api import DataError, DataMissingError, atomic_file, read_csv_columns
 
 SECTIONS = {  # kept section -> header keywords (lower case, matched as a prefix of the header)
     "CHIEF COMPLAINT": ("chief complaint",),

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 from xml.etree import ElementTree
 
-from kinject.errors import DataError, DataMissingError
+from kinject.api import DataError, DataMissingError
 from kinject.tasks.prepare_util import render, write_splits
 
 LABELS = ("DDI-advise", "DDI-effect", "DDI-int", "DDI-mechanism", "DDI-false")

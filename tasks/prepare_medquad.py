@@ -15,8 +15,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from kinject.errors import DataError, DataMissingError
-from kinject.io import read_jsonl
+from kinject.api import DataError, DataMissingError, read_jsonl
 from kinject.tasks.prepare_util import write_splits
 
 FILE = "medquad/medquad.jsonl.gz"

@@ -7,7 +7,7 @@ import json
 import random
 from pathlib import Path
 
-from kinject.errors import DataError, DataMissingError
+from kinject.api import DataError, DataMissingError
 from kinject.tasks.prepare_util import write_splits
 
 LABELS = ("yes", "no", "maybe")

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from kinject.catalogue import DatasetInfo, prepared_cache
-from kinject.files import atomic_directory, atomic_file, atomic_write_text
+from kinject.tasks.catalogue import DatasetInfo, prepared_cache
+from kinject.api import atomic_directory, atomic_file, atomic_write_text
 
 _ABBREVIATIONS = {
     "e.g", "i.e", "vs", "al", "fig", "figs", "ref", "refs", "approx", "ca", "cf", "dr", "no", "nos", "resp", "sp",
@@ -96,9 +96,9 @@ def ensure_prepared(info: DatasetInfo, env, path: Path | None = None) -> Path:
 
     Looked up in order: ``path`` (when given: it must hold the files), ``<data_dir>/<name>/prepared``
     (written by ``kinject data prepare NAME``), else the converter runs once from the original files
-    into :func:`kinject.catalogue.prepared_cache` (an atomic folder: a crash leaves nothing behind).
+    into :func:`kinject.tasks.catalogue.prepared_cache` (an atomic folder: a crash leaves nothing behind).
     """
-    from kinject.errors import DataMissingError
+    from kinject.api import DataMissingError
 
     name = info.name
     if path is not None:

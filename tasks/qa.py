@@ -9,10 +9,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from kinject.errors import DataError
-from kinject.interfaces import Environment
-from kinject.io import read_tsv
-from kinject.catalogue import DatasetInfo, register_dataset, split_file
+from kinject.api import DataError, Environment, read_tsv
+from kinject.tasks.catalogue import DatasetInfo, register_dataset, split_file
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_pubmedqa
 

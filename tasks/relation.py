@@ -14,11 +14,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from kinject.errors import DataError
-from kinject.interfaces import Environment
-from kinject.io import read_jsonl, text_field
-from kinject.spec import FILE_PATH
-from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.api import DataError, Environment, FILE_PATH, read_jsonl, text_field
+from kinject.tasks.catalogue import DatasetInfo, register_dataset
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_chemprot, prepare_ddi
 from kinject.tasks.prepare_util import ensure_prepared, render

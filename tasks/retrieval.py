@@ -20,9 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from kinject.errors import DataError
-from kinject.interfaces import Environment, Head
-from kinject.io import read_jsonl, text_field
+from kinject.api import DataError, Environment, Head, read_jsonl, text_field
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig, evaluate_all
 
 LABELS = ("irrelevant", "relevant")
@@ -103,8 +101,7 @@ class RetrievalTask(SequenceClassificationTask):
     def head(self, env: Environment) -> Head:
         return Head(kind="sequence", num_labels=2, problem_type="single_label_classification", labels=LABELS)
 
-    def primary_metric(self) -> str:
-        return "recall@1"
+    counts: ClassVar[tuple[str, ...]] = ("queries",)
 
     def selection_metric(self) -> str:
         return "mrr"  # recall@1 moves in steps of 1/queries; MRR credits every rank

@@ -7,15 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from kinject.errors import DataError
-from kinject.interfaces import Environment, Head, PluginConfig, Task
-
-
-class MetricRef(PluginConfig):
-    """An evaluator by name with its options."""
-
-    name: str = Field(..., description="Evaluator name (see `kinject list evaluators`).")
-    options: dict[str, Any] = Field(default_factory=dict, description="The evaluator's config fields.")
+from kinject.api import DataError, Environment, Head, MetricRef, PluginConfig, Task
 
 
 class SequenceTaskConfig(PluginConfig):
@@ -23,14 +15,10 @@ class SequenceTaskConfig(PluginConfig):
 
 
 def evaluate_all(metric_refs: list[MetricRef], references: list, predictions: list, **kwargs: Any) -> dict[str, float]:
-    """Run evaluators by name from the registry and merge their outputs."""
-    from kinject.registry import registry
-
+    """Run the evaluators and merge their outputs."""
     out: dict[str, float] = {}
     for ref in metric_refs:
-        cls = registry("evaluators").get(ref.name)
-        evaluator = cls(cls.Config.model_validate(ref.options))
-        out.update(evaluator.compute(references, predictions, **kwargs))
+        out.update(ref.build().compute(references, predictions, **kwargs))
     return out
 
 
@@ -105,10 +93,6 @@ class SequenceClassificationTask(Task):
     def metric_refs(self) -> list[MetricRef]:
         configured = getattr(self.config, "metrics", None)
         return configured if configured else [MetricRef.model_validate(m) for m in self.default_metrics]
-
-    def primary_metric(self) -> str:
-        first = self.metric_refs()[0]
-        return {"f1": f"f1_{first.options.get('average', 'micro')}"}.get(first.name, first.name)
 
     def featurize(self, tokenizer, examples: list[dict], max_length: int, env: Environment) -> list[dict]:
         index = {name: i for i, name in enumerate(self.labels(env))}

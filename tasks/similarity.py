@@ -10,8 +10,8 @@ import math
 from pathlib import Path
 from typing import ClassVar
 
-from kinject.errors import DataError
-from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.api import DataError
+from kinject.tasks.catalogue import DatasetInfo, register_dataset
 from kinject.tasks.sequence import SequenceClassificationTask
 from kinject.tasks.token import CatalogueSplits, read_table
 

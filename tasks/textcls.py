@@ -7,11 +7,9 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from kinject.errors import DataError, DataMissingError
-from kinject.interfaces import Environment
-from kinject.io import read_jsonl, read_tsv, text_field
+from kinject.api import DataError, DataMissingError, Environment, read_jsonl, read_tsv, text_field
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
-from kinject.spec import FILE_PATH
+from kinject.api import FILE_PATH
 
 
 class TextClsConfig(SequenceTaskConfig):

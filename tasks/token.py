@@ -18,11 +18,9 @@ from typing import Any, ClassVar, Iterator, Literal
 import numpy as np
 from pydantic import Field
 
-from kinject.errors import DataError
-from kinject.interfaces import Environment, Head, Task
-from kinject.catalogue import DatasetInfo, split_file
-from kinject.io import iter_lines, read_tsv
-from kinject.tasks.sequence import MetricRef, SequenceTaskConfig, evaluate_all, unit_ids
+from kinject.api import DataError, Environment, Head, MetricRef, Task, iter_lines, read_tsv
+from kinject.tasks.catalogue import DatasetInfo, split_file
+from kinject.tasks.sequence import SequenceTaskConfig, evaluate_all, unit_ids
 
 Scheme = Literal["BIO", "IO", "BIOUL"]
 PREFIXES: dict[str, tuple[str, ...]] = {"IO": ("I",), "BIO": ("B", "I"), "BIOUL": ("B", "I", "L", "U")}
@@ -188,10 +186,6 @@ class TokenClassificationTask(Task):
     def metric_refs(self) -> list[MetricRef]:
         configured = getattr(self.config, "metrics", None)
         return configured if configured else [MetricRef.model_validate(m) for m in self.default_metrics]
-
-    def primary_metric(self) -> str:
-        return {"entity-f1": "entity_f1", "pico-f1": "pico_f1"}.get(self.metric_refs()[0].name,
-                                                                    self.metric_refs()[0].name)
 
     # -- features -------------------------------------------------------------------------------
     @staticmethod

@@ -14,6 +14,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ["KINJECT_PROGRESS"] = "0"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.pop("COLUMNS", None)  # pytest-xdist workers inherit a terminal width; tables must not fold in tests
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -65,7 +65,7 @@ def test_teacher_and_cp_only_student_are_built_with_the_runs_model_settings(tmp_
 
 def test_variants_share_the_teacher_and_the_student_baseline_and_finetune_keys(tmp_path, textcls_dir, word_teacher):
     from kinject.engine import plan
-    from kinject.finetune import FinetuneStrategy
+    from kinject.plugins.finetune.strategy import FinetuneStrategy
 
     keys = {v: {p.stage.name: p.key for p in plan(prepared(spec(tmp_path, textcls_dir, word_teacher, variant=v)))}
             for v in ("doktra", "kd", "no-ctt")}
@@ -136,7 +136,7 @@ def test_a_given_fine_tuned_teacher_is_used_as_it_is_with_its_rows_in_task_order
 
 def test_model_source_resolves_a_run_directory_to_its_model(tmp_path, tiny_model, cache_dir):
     from kinject.interfaces import Environment
-    from kinject.sources.model import ModelSource
+    from kinject.plugins.knowledge.sources.model import ModelSource
 
     run = tmp_path / "run"
     (run / "model").mkdir(parents=True)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from kinject.evaluators import UndefinedMetricWarning
+from kinject.tasks.evaluators import UndefinedMetricWarning
 from kinject.registry import registry
 
 

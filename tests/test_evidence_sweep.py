@@ -61,7 +61,7 @@ def test_bad_storage_metric_and_split_are_one_line(tmp_path, textcls_dir, tiny_m
 
 
 def test_pruning_reporter_reports_eval_metrics_and_prunes(tmp_path):
-    from kinject.evidence.sweep import PruningReporter
+    from kinject.plugins.evidence.sweep import PruningReporter
     from kinject.hooks import plugin_manager
 
     study = optuna.create_study(direction="maximize",
@@ -98,7 +98,7 @@ def _has_eval_steps() -> bool:
 @pytest.mark.slow
 def test_sweep_resumes_an_interrupted_study_and_best_yaml_hits_the_cache(tmp_path, textcls_dir, tiny_model,
                                                                           monkeypatch, capsys):
-    from kinject import engine
+    from kinject import api as engine  # what the sweep calls
 
     space = tmp_path / "space.yaml"
     space.write_text("training.learning_rate: {low: 1e-4, high: 1e-2, log: true}\ntraining.warmup_ratio: [0.0, 0.1]\n")

@@ -1,6 +1,11 @@
-"""Import boundaries: core imports no plugin and no concrete task; plugins do not import each other; tasks
-import no plugin. Every import statement counts (also those inside functions), and so do
-``importlib.import_module("...")`` / ``__import__("...")`` calls with a literal name."""
+"""Import boundaries as a graph: kernel <- tasks <- library plugins (knowledge, evidence) <- methods.
+
+* the kernel (core/ = ``kinject``) imports no task and no plugin;
+* tasks, library plugins and methods reach the kernel only through ``kinject.api``;
+* tasks import no plugin; a library plugin imports no other plugin; a method imports no other method.
+
+Every import statement counts (also those inside functions), and so do ``importlib.import_module("...")`` /
+``__import__("...")`` calls with a literal name."""
 
 from __future__ import annotations
 
@@ -53,6 +58,37 @@ def under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
+LIBRARIES = ("kinject.plugins.knowledge", "kinject.plugins.evidence")
+
+
+def layer(package: str) -> str:
+    if package == "kinject":
+        return "kernel"
+    if under(package, "kinject.tasks"):
+        return "tasks"
+    return "library" if package in LIBRARIES else "method"
+
+
+def rule_broken(package: str, name: str) -> str | None:
+    """Which rule ``package`` breaks by importing ``name`` (None: allowed)."""
+    if not under(name, "kinject") or (package != "kinject" and under(name, package)):
+        return None
+    plugin = under(name, "kinject.plugins") and name != "kinject.plugins"
+    kind = layer(package)
+    if kind == "kernel":
+        return "the kernel imports no task and no plugin" if plugin or under(name, "kinject.tasks") else None
+    if not plugin and not under(name, "kinject.tasks") and name not in ("kinject", "kinject.api") \
+            and not under(name, "kinject.api"):
+        return "plugins and tasks reach the kernel only through kinject.api"
+    if kind == "tasks" and plugin:
+        return "tasks import no plugin"
+    if kind == "library" and plugin:
+        return "a library plugin imports no other plugin"
+    if kind == "method" and plugin and not any(under(name, lib) for lib in LIBRARIES):
+        return "methods do not import each other"
+    return None
+
+
 def violations(root: Path = ROOT) -> list[str]:
     """One line per offending import: file:line, who imports what, which rule it breaks."""
     found, seen = [], set()
@@ -60,19 +96,10 @@ def violations(root: Path = ROOT) -> list[str]:
         for path in sorted((root / folder).rglob("*.py")):
             module, is_package = module_of(path, root / folder, package)
             for line, name in imports(path, module, is_package):
-                if (path, line) in seen:  # one report per statement
+                broken = rule_broken(package, name)
+                if broken is None or (path, line) in seen:  # one report per statement
                     continue
-                where = f"{path.relative_to(root)}:{line}: {module} imports {name}"
-                if package == "kinject" and (under(name, "kinject.plugins") and name != "kinject.plugins"
-                                             or under(name, "kinject.tasks")):
-                    found.append(f"{where} (core imports no plugin and no concrete task)")
-                elif under(package, "kinject.tasks") and under(name, "kinject.plugins") and name != "kinject.plugins":
-                    found.append(f"{where} (tasks import no plugin)")
-                elif under(package, "kinject.plugins") and under(name, "kinject.plugins") \
-                        and name != "kinject.plugins" and not under(name, package):
-                    found.append(f"{where} (plugins do not import each other)")
-                else:
-                    continue
+                found.append(f"{path.relative_to(root)}:{line}: {module} imports {name} ({broken})")
                 seen.add((path, line))
     return found
 
@@ -97,12 +124,14 @@ def test_the_checker_sees_imports_inside_functions_and_relative_ones(tmp_path):
 def test_the_checker_reports_each_rule(tmp_path):
     (tmp_path / "pyproject.toml").write_text(
         '[tool.setuptools]\npackage-dir = { "kinject" = "core", "kinject.tasks" = "tasks", '
-        '"kinject.plugins.a" = "plugins/a", "kinject.plugins.b" = "plugins/b" }\n')
+        '"kinject.plugins.a" = "plugins/a", "kinject.plugins.b" = "plugins/b", '
+        '"kinject.plugins.knowledge" = "plugins/knowledge", "kinject.plugins.evidence" = "plugins/evidence" }\n')
     files = {"core/engine.py": "def f():\n    import kinject.tasks.ner\n",
              "core/plugins/__init__.py": "from kinject.plugins import a\n",
-             "tasks/ner.py": "from kinject import engine\nfrom kinject.plugins.a import x\n",
-             "plugins/a/__init__.py": "from . import own\nfrom ..b import helper\n",
-             "plugins/b/__init__.py": "from kinject.tasks import ner\nfrom kinject.plugins.b import y\n"}
+             "tasks/ner.py": "from kinject.api import Task\nfrom kinject.plugins.a import x\nfrom kinject import engine\n",
+             "plugins/a/__init__.py": "from . import own\nfrom ..b import helper\nfrom kinject.plugins.knowledge import kg\n",
+             "plugins/b/__init__.py": "from kinject.tasks import ner\nfrom kinject.plugins.b import y\n",
+             "plugins/knowledge/__init__.py": "from kinject.plugins.evidence import stats\nfrom kinject.tasks import x\n"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -111,7 +140,17 @@ def test_the_checker_reports_each_rule(tmp_path):
         "core/engine.py:2: kinject.engine imports kinject.tasks.ner",
         "core/plugins/__init__.py:1: kinject.plugins imports kinject.plugins.a",
         "tasks/ner.py:2: kinject.tasks.ner imports kinject.plugins.a",
-        "plugins/a/__init__.py:2: kinject.plugins.a imports kinject.plugins.b"]
+        "tasks/ner.py:3: kinject.tasks.ner imports kinject.engine",
+        "plugins/a/__init__.py:2: kinject.plugins.a imports kinject.plugins.b",
+        "plugins/knowledge/__init__.py:1: kinject.plugins.knowledge imports kinject.plugins.evidence"]
+
+
+def test_an_outside_plugin_needs_nothing_but_the_api():
+    """The example third-party plugins import the kernel only through kinject.api."""
+    for path in sorted(p for p in (ROOT / "tests" / "third_party_plugin").rglob("*.py") if "build" not in p.parts):
+        for line, name in imports(path, "outside." + path.stem, path.name == "__init__.py"):
+            assert not under(name, "kinject") or name in ("kinject", "kinject.api") or under(name, "kinject.api") \
+                or any(under(name, lib) for lib in LIBRARIES), f"{path}:{line}: imports {name}"
 
 
 def test_import_boundaries():

@@ -10,9 +10,9 @@ import pytest
 
 from kinject.errors import DataError
 from kinject.interfaces import Environment, KnowledgeSource, Triple
-from kinject.kg.data import (KGCollator, KGDataConfig, build_kg_data, length_grouped_batches, lengths_of,
-                             useful_token_fraction)
-from kinject.sources.triples import TriplesSource
+from kinject.plugins.knowledge.kg.data import KGCollator, KGDataConfig, build_kg_data, lengths_of
+from kinject.training import length_grouped_batches, useful_token_fraction
+from kinject.plugins.knowledge.sources.triples import TriplesSource
 
 
 @pytest.fixture(scope="module")

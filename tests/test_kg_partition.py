@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kinject.interfaces import Triple
-from kinject.kg.partition import (EntityGraph, graph_stats, metis_parts, partition_report, shuffle_parts,
+from kinject.plugins.knowledge.kg.partition import (EntityGraph, graph_stats, metis_parts, partition_report, shuffle_parts,
                                   stream_stats, write_partition)
 
 

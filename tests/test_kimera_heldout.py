@@ -14,7 +14,7 @@ from kinject.errors import DataError
 from kinject.interfaces import Environment
 from kinject.plugins.kimera.heldout import build_retraining_data, score_heldout, split_source
 from kinject.plugins.kimera.retrain import KG_TASKS, KGMultiTaskModel
-from kinject.sources.triples import TriplesSource
+from kinject.plugins.knowledge.sources.triples import TriplesSource
 
 from test_kimera_controls import ENTITIES, KG_ROWS, RELATIONS, prepared, stage_dirs
 from test_kimera_retrain import parts
@@ -88,7 +88,7 @@ def test_no_held_out_triple_reaches_a_training_row(graph, tmp_path, dense):
 
 
 def test_kg_heldout_zero_builds_the_kg_data_as_before(graph):
-    from kinject.kg.data import KGDataConfig, build_kg_data
+    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
 
     source, env, tokenizer = graph
     data, held = build_retraining_data(source, env, tokenizer, {**KG, "kg_heldout": 0}, 3, list(KG_TASKS))

@@ -10,7 +10,7 @@ import pytest
 
 from kinject.errors import DataError, SpecError
 from kinject.interfaces import Environment, Triple
-from kinject.sources.hpo import HpoSource
+from kinject.plugins.knowledge.sources.hpo import HpoSource
 from kinject.spec import PluginRef, validate_plugin_config
 
 # a chain All <- B <- C <- D <- E, a disease on C and one on E, a gene on B, and an isolated term F

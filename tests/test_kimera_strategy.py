@@ -85,7 +85,7 @@ def test_sampling_and_scoring_cap_reach_their_stages(tmp_path, textcls_dir, tiny
 
 def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):
     from kinject.engine import plan
-    from kinject.finetune import FinetuneStrategy
+    from kinject.plugins.finetune.strategy import FinetuneStrategy
 
     run = prepared(tmp_path, textcls_dir, tiny_model, variant="hard")
     kimera_keys = {p.stage.name: p.key for p in plan(run)}

@@ -165,7 +165,7 @@ def test_fusion_only_training_freezes_base_and_adapters(tiny_model, adapter_dirs
 
 @pytest.mark.parametrize("entity_head", ["linear", "names"])
 def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenizer, tmp_path, entity_head):
-    from kinject.kg.batching import KGCollator
+    from kinject.plugins.knowledge.kg.batching import KGCollator
     from kinject.models import load_encoder
     from kinject.plugins.mop.knowledge import EntityPredictor, adapter_encoder, base_digest, name_embeddings
     from kinject.spec import TrainingSpec
@@ -245,7 +245,7 @@ def test_adapter_training_resumes_from_its_checkpoint(tiny_model, tokenizer, tmp
     """An adapter run killed after its step-2 checkpoint and resumed ends where an uninterrupted run ends."""
     from adapters import SeqBnConfig
 
-    from kinject.kg.batching import KGCollator
+    from kinject.plugins.knowledge.kg.batching import KGCollator
     from kinject.models import load_encoder
     from kinject.plugins.mop.knowledge import EntityPredictor, adapter_encoder
     from kinject.spec import TrainingSpec

@@ -79,7 +79,7 @@ def test_bad_input_is_one_line_exit_2_before_any_stage(tmp_path, textcls_dir, kg
 def test_stage_plan_spreads_the_adapters_and_keys_the_knowledge_side_without_the_task(tmp_path, textcls_dir,
                                                                                        kg_file):
     from kinject.engine import plan
-    from kinject.finetune import FinetuneStrategy
+    from kinject.plugins.finetune.strategy import FinetuneStrategy
 
     run = prepared(tmp_path, textcls_dir, kg_file)
     names = [s.name for s in run.stages]
@@ -135,8 +135,8 @@ def test_partition_finds_the_clusters_and_each_classifier_covers_its_part(tmp_pa
                                                                           cross_part):
     from safetensors.torch import load_file
 
-    from kinject.kg.partition import EntityGraph, metis_parts
-    from kinject.sources.triples import TriplesSource
+    from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts
+    from kinject.plugins.knowledge.sources.triples import TriplesSource
 
     entity_head = "names" if cross_part == "drop" else "linear"
     run = prepared(tmp_path, textcls_dir, kg_file, cross_part=cross_part, adapter_max_steps=2,
@@ -222,10 +222,10 @@ def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_d
 
 def test_part_rows_are_labelled_with_their_own_tail_and_head(tmp_path, kg_file, tiny_model):
     from kinject.interfaces import Environment
-    from kinject.kg.data import KGDataConfig, build_kg_data
+    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
     from kinject.models import load_tokenizer
     from kinject.plugins.mop.knowledge import head_features, part_classes, tail_features
-    from kinject.sources.triples import TriplesSource
+    from kinject.plugins.knowledge.sources.triples import TriplesSource
 
     tokenizer = load_tokenizer(tiny_model)
     data = build_kg_data(TriplesSource(path=str(kg_file)), Environment(tmp_path, tmp_path / "cache"), tokenizer,

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import run_kinject as kinject
 from kinject.cli.main import main
-from kinject.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo, register_dataset
 
 
 def test_list_shows_present_with_sizes_and_missing(tmp_path, capsys, monkeypatch):
@@ -99,7 +99,7 @@ def _row(out: str, name: str) -> str:
 
 
 def test_list_shows_raw_releases_and_prepared_relation_sets(tmp_path, capsys, monkeypatch):
-    from kinject.catalogue import dataset, prepared_cache
+    from kinject.tasks.catalogue import dataset, prepared_cache
     from kinject.tasks import prepare_chemprot
 
     monkeypatch.setenv("COLUMNS", "400")

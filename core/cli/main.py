@@ -21,9 +21,6 @@ __kinject_fingerprint__ = False  # the command line: no stage output depends on 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Inject domain knowledge into transformer language models, and compare the ways.")
-from kinject.cli.evidence import register as _register_evidence  # noqa: E402 (compare, report, sweep)
-
-_register_evidence(app)
 console = Console()
 err_console = Console(stderr=True)
 
@@ -302,7 +299,10 @@ def _add_command_plugins() -> None:
             _add_broken_command(ep.name, f"command {ep.name!r} from {dist} failed to import: "
                                          f"{type(exc).__name__}: {exc}")
             continue
-        app.add_typer(sub, name=ep.name)
+        if isinstance(sub, typer.Typer):
+            app.add_typer(sub, name=ep.name)  # a command group: kinject NAME SUBCOMMAND ...
+        else:
+            app.command(ep.name)(sub)  # one command: kinject NAME ...
 
 
 def _add_broken_command(name: str, message: str) -> None:

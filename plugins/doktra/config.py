@@ -7,8 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from kinject.interfaces import PluginConfig
-from kinject.spec import TrainingOverrides
+from kinject.api import PluginConfig, TrainingOverrides
 
 Variant = Literal["doktra", "student-ft", "kd", "no-ctt", "no-abd", "cp-only"]
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kinject.distributed import is_main_process
-from kinject.interfaces import StageContext
+from kinject.api import StageContext, is_main_process
 
 from .features import PairedCollator, align, featurize_one_to_one, make_projection, model_outputs, pair_features
 from .stages import DistillConfig
@@ -67,8 +66,7 @@ def prepare_teacher(cfg, ctx, task, env, examples: list[dict], features: list[di
                            analysis_cls=arrays["analysis.cls"])
         width = arrays["train.cls"].shape[1]
     else:
-        from kinject.models import load_tokenizer
-        from kinject.stages import load_task_model
+        from kinject.api import load_task_model, load_tokenizer
 
         directory = ctx.inputs[cfg.teacher_stage] / "model"
         tokenizer = load_tokenizer(str(directory))
@@ -95,9 +93,7 @@ def l_at(model, tokenizer, task, env, examples: list[dict], cfg, teacher: Teache
 
 
 def distill_body(cfg: DistillConfig, ctx: StageContext) -> None:
-    from kinject.models import load_tokenizer
-    from kinject.stages import load_task_model, save_model
-    from kinject.training import train
+    from kinject.api import load_task_model, load_tokenizer, save_model, train
 
     from .trainers import DistillRecord, DistillSettings, distill_trainer
 

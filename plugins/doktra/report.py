@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kinject.distributed import is_main_process
-from kinject.interfaces import StageContext
+from kinject.api import StageContext, is_main_process
 
 from .stages import ReportConfig
 
@@ -84,8 +83,8 @@ def write_report(out: Path, task, env, folders: dict[str, Path], metric: str, bi
     """metrics.json, calibration.json and plots/reliability-<split>.png into ``out``. Per split: the student's
     metrics, ``ece``, the same for the teacher and the fine-tuned student (``teacher/<metric>``,
     ``student_ft/<metric>``) and ``retained/<student|student_ft>`` (% of the teacher's ``metric``)."""
-    from kinject.evaluators.calibration import expected_calibration_error
-    from kinject.io import read_jsonl
+    from kinject.tasks.evaluators.calibration import expected_calibration_error
+    from kinject.api import read_jsonl
 
     head = task.head(env)
     per_role = {role: _read(folder / "metrics.json") for role, folder in folders.items()}

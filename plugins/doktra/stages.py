@@ -8,10 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from kinject.fingerprint import NOT_KEYED
-from kinject.refs import ModelRef, TaskRef
-from kinject.spec import TrainingSpec
-from kinject.stages import StageConfig
+from kinject.api import ModelRef, NOT_KEYED, StageConfig, TaskRef, TrainingSpec
 
 
 # -- teacher ----------------------------------------------------------------------------------------- #

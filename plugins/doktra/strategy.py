@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kinject.errors import KinjectError, SpecError
-from kinject.interfaces import Stage, Strategy
+from kinject.api import KinjectError, SpecError, Stage, Strategy
 
 from .config import NEEDS_TEACHER, DoktraConfig
 from .distill import distill_body
@@ -52,7 +51,7 @@ class DoktraStrategy(Strategy):
 
     def _resolve_teacher(self, run, head):
         """(ModelRef, used as given?) of the teacher, or None when the variant reads none and none is set."""
-        from kinject.registry import registry
+        from kinject.api import registry
 
         from .teacher import check_teacher, teacher_ref
 
@@ -137,7 +136,8 @@ class DoktraStrategy(Strategy):
 
     # -- the pipeline --------------------------------------------------------------------------- #
     def stages(self, run) -> list[Stage]:
-        from kinject.stages import compare_stage, evaluate_stage, finetune_stage
+        from kinject.plugins.evidence.stage import compare_stage
+        from kinject.api import evaluate_stage, finetune_stage
 
         cfg = self.config
         if cfg.variant == "student-ft":

@@ -7,10 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kinject.distributed import is_main_process
-from kinject.errors import KinjectError, SpecError
-from kinject.interfaces import Head, StageContext
-from kinject.refs import ModelRef
+from kinject.api import Head, KinjectError, ModelRef, SpecError, StageContext, is_main_process
 
 from .features import featurize_one_to_one, model_outputs
 from .stages import CalibratedConfig, ImportConfig, TeacherOutputsConfig
@@ -38,7 +35,7 @@ def check_teacher(ref: ModelRef, head: Head, field: str, mode: str) -> bool:
     label set (or problem type) differs from the task's is a SpecError naming ``field``."""
     from transformers import AutoConfig
 
-    from kinject.models import offline
+    from kinject.api import offline
 
     try:
         config = AutoConfig.from_pretrained(ref.path, revision=ref.revision, local_files_only=offline())
@@ -63,7 +60,7 @@ def check_teacher(ref: ModelRef, head: Head, field: str, mode: str) -> bool:
 def load_classifier(ref: ModelRef):
     from transformers import AutoModelForSequenceClassification
 
-    from kinject.models import offline
+    from kinject.api import offline
 
     try:
         return AutoModelForSequenceClassification.from_pretrained(
@@ -97,8 +94,7 @@ def align_labels(model, head: Head) -> list[int]:
 
 # -- stage bodies ------------------------------------------------------------------------------------ #
 def calibrated_body(cfg: CalibratedConfig, ctx: StageContext) -> None:
-    from kinject.stages import build_task_model, save_model
-    from kinject.training import train
+    from kinject.api import build_task_model, save_model, train
 
     from .trainers import calibrated_trainer
 
@@ -115,7 +111,7 @@ def calibrated_body(cfg: CalibratedConfig, ctx: StageContext) -> None:
 
 
 def import_body(cfg: ImportConfig, ctx: StageContext) -> None:
-    from kinject.stages import save_model
+    from kinject.api import save_model
 
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     model = load_classifier(cfg.teacher)
@@ -131,8 +127,7 @@ def teacher_outputs_body(cfg: TeacherOutputsConfig, ctx: StageContext) -> None:
 
     from safetensors.numpy import save_file
 
-    from kinject.models import load_tokenizer
-    from kinject.stages import load_task_model
+    from kinject.api import load_task_model, load_tokenizer
 
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     directory = ctx.inputs[cfg.teacher_stage] / "model"

@@ -8,8 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from kinject.interfaces import PluginConfig
-from kinject.spec import FILE_PATH
+from kinject.api import FILE_PATH, PluginConfig
 
 Variant = Literal["finetune", "pruned", "no-mask", "hard", "soft", "b+f", "random", "from-scratch"]
 

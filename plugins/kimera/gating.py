@@ -16,7 +16,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from kinject.errors import KinjectError
+from kinject.api import KinjectError
 
 # model_type -> (path of the layer list from the base model, Q, K, V, O paths relative to one layer).
 # ALBERT shares one layer across depth: its layer list has one module called num_hidden_layers times.

@@ -144,7 +144,7 @@ def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, me
         value = float(metric(logits))
         importance = normalize_importance(raw)
         if search is None and not np.isfinite(value):
-            from kinject.errors import KinjectError
+            from kinject.api import KinjectError
 
             raise KinjectError(f"KIMERA mask search: the search metric is {value} on the scoring examples of the "
                                "unmasked model (undefined, e.g. one class only); choose another search_metric or "

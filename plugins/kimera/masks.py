@@ -18,14 +18,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from kinject.errors import DataError
+from kinject.api import DataError
 
 from .gating import HeadLayout, head_layout
 
 
 def save_masks(path: Path, **masks) -> None:
     """Write named (L, H) masks/score tables as JSON lists."""
-    from kinject.files import atomic_write_text
+    from kinject.api import atomic_write_text
 
     data = {name: (value.tolist() if hasattr(value, "tolist") else value) for name, value in masks.items()}
     atomic_write_text(Path(path), json.dumps(data, indent=1))

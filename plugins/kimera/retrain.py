@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from kinject.api import masked_mean
+
 from .gating import HeadGates, head_layout
 from .masks import HeadUpdateScaler, freeze_non_attention
 
@@ -47,7 +49,7 @@ def pretrained_mlm_head(path: str, revision: str | None = None) -> dict[str, tor
     from transformers import AutoConfig, AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
-    from kinject.models import offline
+    from kinject.api import offline
 
     config = AutoConfig.from_pretrained(path, revision=revision, local_files_only=offline())
     names = MLM_HEADS.get(config.model_type)
@@ -111,7 +113,7 @@ class KGMultiTaskModel(nn.Module):
         if self.pooling == "cls":
             return hidden[:, 0]
         if self.pooling == "mean":
-            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+            return masked_mean(hidden, attention_mask)
         if self.pooling == "max":
             return hidden.masked_fill(mask == 0, torch.finfo(hidden.dtype).min).max(1).values
         scores = self.pool_score(hidden).masked_fill(mask == 0, torch.finfo(hidden.dtype).min)
@@ -172,7 +174,7 @@ class MultiTaskBatchSampler:
     ``sampling="proportional"``: every batch of every task once per epoch, shuffled together (a task's share of
     the batches is its share of the rows). ``"uniform"``: the tasks take turns in a shuffled order each turn,
     for as many turns as the largest task has batches; a smaller task starts a new shuffled pass when it runs
-    out. ``batches_of(lengths, batch_size, seed)`` yields index lists for one task (kinject.kg.batching's
+    out. ``batches_of(lengths, batch_size, seed)`` yields index lists for one task (kinject.training's
     length_grouped_batches); a task whose alpha is 0 is left out.
 
     An epoch's plan depends only on the seed and the epoch, which the Trainer sets (:meth:`set_epoch`), so a run
@@ -181,7 +183,7 @@ class MultiTaskBatchSampler:
 
     def __init__(self, data: KGBatchDataset, batch_size: int, seed: int, alphas: dict[str, float], batches_of,
                  sampling: str = "proportional"):
-        from kinject.kg.batching import lengths_of
+        from kinject.plugins.knowledge.kg.batching import lengths_of
 
         if sampling not in ("proportional", "uniform"):
             raise ValueError(f"task sampling {sampling!r} (expected proportional or uniform)")
@@ -236,10 +238,10 @@ class MultiTaskBatchSampler:
 
 
 class TaskCollator:
-    """kinject.kg.batching's KGCollator (dynamic padding) plus the batch's task id."""
+    """kinject.plugins.knowledge.kg.batching's KGCollator (dynamic padding) plus the batch's task id."""
 
     def __init__(self, tokenizer):
-        from kinject.kg.batching import KGCollator
+        from kinject.plugins.knowledge.kg.batching import KGCollator
 
         self.inner = KGCollator(tokenizer)
 
@@ -287,7 +289,7 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
     """
     from transformers import set_seed
 
-    from kinject.training import training_arguments
+    from kinject.api import training_arguments
 
     set_seed(seed)
     model = KGMultiTaskModel(encoder, num_relations, pooling, alphas)
@@ -298,23 +300,23 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
         log.info("kimera retrain: %d non-attention encoder parameters frozen", frozen)
     data = KGBatchDataset(datasets)
     if batches_of is None:
-        from kinject.kg.batching import length_grouped_batches as batches_of
+        from kinject.api import length_grouped_batches as batches_of
     sampler = MultiTaskBatchSampler(data, training.batch_size, seed, model.alphas, batches_of, task_sampling)
     if not len(sampler):
-        from kinject.errors import KinjectError
+        from kinject.api import KinjectError
 
         raise KinjectError("KIMERA retraining: no KG batches (every task empty or disabled by alpha 0)")
     scaler = HeadUpdateScaler(encoder, mask) if mask is not None else None
     gates = HeadGates(encoder, (1.0 - mask).clamp(0, 1), head_layout(encoder)) if forward_mask and mask is not None \
         else None
-    from kinject.training import HookCallback, quiet_progress
+    from kinject.api import HookCallback, quiet_progress
 
     args = training_arguments(training, work, seed, group_by_length=False, remove_unused_columns=False,
                               ddp_find_unused_parameters=True, label_names=["labels"])
     trainer = kg_trainer_class()(model=model, args=args, train_dataset=data, batch_sampler=sampler,
                                  data_collator=TaskCollator(tokenizer),
                                  update_scaler=scaler, callbacks=[HookCallback("kimera-retrain")])
-    from kinject.training import last_checkpoint
+    from kinject.api import last_checkpoint
 
     quiet_progress(trainer)
 

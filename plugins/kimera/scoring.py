@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kinject.errors import KinjectError
+from kinject.api import KinjectError
 
 log = logging.getLogger("kinject")
 
@@ -96,7 +96,7 @@ def build_scoring_set(task, env, split: str, cap: int | None, tokenizer, max_len
 class RoundInterval:
     """``interval(baseline_logits, logits)`` for :func:`importance.search_mask`: the round's metric minus the
     unmasked round's, with a paired bootstrap interval over the scoring set's evaluation units (queries for
-    retrieval, examples otherwise), computed by kinject.evidence from the task's per-example predictions.
+    retrieval, examples otherwise), computed by kinject.plugins.evidence from the task's per-example predictions.
 
     A task without per-example predictions, or a metric that cannot be recomputed from them, gives no
     interval (one warning, then None).
@@ -116,8 +116,8 @@ class RoundInterval:
     def __call__(self, baseline_logits: np.ndarray, logits: np.ndarray) -> dict | None:
         if self.disabled:
             return None
-        from kinject.evidence.compare import pair
-        from kinject.evidence.metrics import define, task_metric_refs
+        from kinject.plugins.evidence.compare import pair
+        from kinject.plugins.evidence.metrics import define, task_metric_refs
 
         try:
             if self._baseline is None:

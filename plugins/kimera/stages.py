@@ -8,10 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from kinject.fingerprint import NOT_KEYED
-from kinject.interfaces import StageContext
-from kinject.refs import ModelRef, SourceRef, TaskRef
-from kinject.stages import StageConfig
+from kinject.api import ModelRef, NOT_KEYED, SourceRef, StageConfig, StageContext, TaskRef
 
 log = logging.getLogger("kinject")
 
@@ -83,7 +80,7 @@ class AnalysisConfig(StageConfig):
 
 
 def task_model(path, head, attn: str):
-    from kinject.stages import load_task_model
+    from kinject.api import load_task_model
 
     return load_task_model(path, head, attn)
 
@@ -97,7 +94,7 @@ def scoring_set(scoring: ScoringConfig, task, env, tokenizer):
 
 
 def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
-    from kinject.models import load_tokenizer
+    from kinject.api import load_tokenizer
 
     from .importance import search_mask
     from .masks import save_masks
@@ -140,10 +137,7 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     import torch
     from transformers import AutoConfig, AutoModel
 
-    from kinject.distributed import is_main_process
-    from kinject.kg.data import length_grouped_batches
-    from kinject.spec import TrainingSpec
-    from kinject.stages import save_model
+    from kinject.api import TrainingSpec, is_main_process, length_grouped_batches, save_model
 
     from .heldout import build_retraining_data, score_heldout
     from .masks import load_mask
@@ -153,7 +147,7 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     attn = cfg.model.attn_implementation
     if cfg.from_scratch:
         torch.manual_seed(cfg.seed)
-        from kinject.models import keep_layers
+        from kinject.api import keep_layers
 
         encoder = keep_layers(AutoModel.from_config(AutoConfig.from_pretrained(cfg.model.path, revision=cfg.model.revision),
                                                     attn_implementation=attn), cfg.model.layers)
@@ -220,7 +214,7 @@ def given_mask_body(cfg: GivenMaskConfig, ctx: StageContext) -> None:
 
 
 def pruned_body(cfg: PrunedConfig, ctx: StageContext) -> None:
-    from kinject.stages import save_model
+    from kinject.api import save_model
 
     from .masks import load_mask, prune_by_mask
 
@@ -232,7 +226,7 @@ def pruned_body(cfg: PrunedConfig, ctx: StageContext) -> None:
 
 
 def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
-    from kinject.models import load_tokenizer
+    from kinject.api import load_tokenizer
 
     from .analysis import write_analysis
     from .importance import normalize_importance, score_heads

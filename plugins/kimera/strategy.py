@@ -19,8 +19,7 @@ import logging
 from pathlib import Path
 from typing import ClassVar
 
-from kinject.errors import DataError, SpecError
-from kinject.interfaces import Stage, Strategy
+from kinject.api import DataError, SpecError, Stage, Strategy
 
 from .config import KimeraConfig
 from .stages import (AnalysisConfig, GivenMaskConfig, MaskConfig, PrunedConfig, RandomMaskConfig, RetrainConfig,
@@ -62,9 +61,7 @@ class KimeraStrategy(Strategy):
         split = cfg.score_split or run.task.eval_splits[0]
         if split not in (*run.task.eval_splits, run.task.train_split):
             raise SpecError(f"strategy.score_split: task {run.task.name!r} has no split {split!r}")
-        from kinject.stages import probe_metric_names
-
-        names = probe_metric_names(run.task, run.env, run.model_ref())
+        names = run.task.metric_names()
         metric = cfg.search_metric or run.task.selection_metric()
         if metric not in names:
             raise SpecError(f"strategy.search_metric: task {run.task.name!r} reports no {metric!r} "
@@ -76,7 +73,7 @@ class KimeraStrategy(Strategy):
         model's layers and heads."""
         from transformers import AutoConfig
 
-        from kinject.models import offline
+        from kinject.api import offline
 
         from .masks import load_mask
 
@@ -107,7 +104,7 @@ class KimeraStrategy(Strategy):
         if run.sources:
             return run.sources[0]
         if getattr(self, "_default_source", None) is None:
-            from kinject.sources.hpo import default_source
+            from kinject.plugins.knowledge.sources.hpo import default_source
 
             self._default_source = default_source(self.config.kg_max_triples)
             self._default_source.check(run.env)
@@ -124,7 +121,7 @@ class KimeraStrategy(Strategy):
                              seed=cfg.score_seed)
 
     def mask_stage(self, run, kind: str) -> Stage:
-        from kinject.refs import ModelRef, model_fingerprint
+        from kinject.api import ModelRef, model_fingerprint
 
         cfg = self.config
         if cfg.mask_file:  # same name as the search: what follows reads kimera-mask-<kind> either way
@@ -145,7 +142,7 @@ class KimeraStrategy(Strategy):
                      artifacts=("random.json",))
 
     def retrain_stage(self, run, mask: str, forward: bool, scratch: bool, mask_stage: str | None) -> Stage:
-        from kinject.refs import SourceRef
+        from kinject.api import SourceRef
 
         cfg = self.config
         if run.sources:
@@ -175,7 +172,8 @@ class KimeraStrategy(Strategy):
 
     # -- the pipeline --------------------------------------------------------------------------- #
     def stages(self, run) -> list[Stage]:
-        from kinject.stages import compare_stage, evaluate_stage, finetune_stage
+        from kinject.plugins.evidence.stage import compare_stage
+        from kinject.api import evaluate_stage, finetune_stage
 
         cfg = self.config
         if cfg.variant == "finetune":

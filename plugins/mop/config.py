@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kinject.interfaces import PluginConfig
+from kinject.api import PluginConfig
 
 Mixture = Literal["softmax", "gumbel", "moe"]
 

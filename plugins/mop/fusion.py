@@ -26,8 +26,7 @@ from adapters.methods.bottleneck import BottleneckLayer
 from adapters.methods.modeling import BertFusion
 from torch import nn
 
-from kinject.distributed import is_main_process
-from kinject.interfaces import StageContext
+from kinject.api import StageContext, is_main_process
 
 from .knowledge import adapter_names, quiet_activation
 from .stages import FusionConfig
@@ -202,7 +201,7 @@ def attach_partition_adapters(model, adapter_dirs: list[Path], mixture: dict[str
 def save_fused_model(model, tokenizer, directory: Path, fuse: Fuse, mixture: dict[str, Any]) -> None:
     """``save_pretrained`` (adapters writes its adapter and fusion configs into config.json) plus what MoP needs
     to rebuild the mixture: ``config.mop`` and ``config.kinject_strategy``."""
-    from kinject.stages import save_model
+    from kinject.api import save_model
 
     model.config.kinject_strategy = "mop"
     model.config.mop = {"adapters": list(fuse.children), **mixture}
@@ -215,8 +214,7 @@ def load_fused_model(directory: Path, head_kind: str | None = None, attn_impleme
     import adapters
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-    from kinject.errors import KinjectError
-    from kinject.models import offline
+    from kinject.api import KinjectError, offline
 
     directory = Path(directory)
     config = AutoConfig.from_pretrained(str(directory), local_files_only=offline())
@@ -237,7 +235,7 @@ def load_fused_model(directory: Path, head_kind: str | None = None, attn_impleme
             for key, layer in extra.items():
                 layer.w_noise.data.copy_(weights.get_tensor(key))
     if getattr(config, "kinject_pooling", "cls") == "mean" and not token:
-        from kinject.stages import MeanPooler
+        from kinject.api import MeanPooler
 
         MeanPooler.install(model)
     with quiet_activation():
@@ -253,8 +251,7 @@ def _module_name(model, module) -> str:
 def fusion_body(cfg: FusionConfig, ctx: StageContext) -> None:
     import torch
 
-    from kinject.stages import build_task_model
-    from kinject.training import dev_scorer, train
+    from kinject.api import build_task_model, dev_scorer, train
 
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     tokenizer = cfg.model.load_tokenizer()

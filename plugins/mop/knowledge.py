@@ -1,7 +1,7 @@
 """MoP step 2: one bottleneck adapter per partition, trained on entity prediction over that part's entities with the
 base model frozen.
 
-Input ``[CLS] h [SEP] r [SEP]`` (kinject.kg's "tail" rows, Arrow memory-mapped) -> softmax over the part's entities
+Input ``[CLS] h [SEP] r [SEP]`` (kinject.plugins.knowledge.kg's "tail" rows, Arrow memory-mapped) -> softmax over the part's entities
 from the last layer's [CLS]; with ``bidirectional`` also ``[CLS] r [SEP] t [SEP]`` -> h (the reference code's
 head prediction). A fraction of the part's triples is held out to measure the adapter (the paper's Fig. 2).
 """
@@ -19,10 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kinject.distributed import is_main_process
-from kinject.interfaces import StageContext
-from kinject.refs import ModelRef
-from kinject.stages import plain
+from kinject.api import ModelRef, StageContext, is_main_process, masked_mean, plain
 
 from .stages import PARTITION, KGSettings, PartAdapterConfig, PartitionConfig
 
@@ -142,8 +139,7 @@ def name_embeddings(encoder, tokenizer, names: list[str], max_length: int, batch
         batch = tokenizer([names[i] for i in idx], truncation=True, max_length=max_length, padding=True,
                           return_tensors="pt").to(device)
         states = encoder(**batch).last_hidden_state.float()
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        out[torch.from_numpy(idx)] = ((states * mask).sum(1) / mask.sum(1).clamp(min=1)).cpu()
+        out[torch.from_numpy(idx)] = masked_mean(states, batch["attention_mask"]).cpu()
     encoder.train(was_training)
     return out
 
@@ -262,7 +258,7 @@ def check_learning(stage: str, part: int, heldout: dict, prior: dict, trained: d
 
 # -- the stages: partition, one adapter per part ------------------------------------------------------------ #
 def kg_data(kg: KGSettings, model: ModelRef, ctx: StageContext):
-    from kinject.kg.data import KGDataConfig, build_kg_data
+    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
 
     return build_kg_data(kg.source.build(), kg.source.environment(ctx), model.load_tokenizer(),
                          KGDataConfig(tasks=["tail"], max_length=kg.max_length, max_triples=kg.max_triples))
@@ -276,7 +272,7 @@ def _columns(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def partition_body(cfg: PartitionConfig, ctx: StageContext) -> None:
     from safetensors.torch import save_file
 
-    from kinject.kg.partition import EntityGraph, metis_parts, partition_report, shuffle_parts
+    from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts, partition_report, shuffle_parts
 
     if not is_main_process():  # one process partitions; the others wait for it at the stage barrier
         return
@@ -307,8 +303,8 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     from safetensors.torch import load_file, save_file
     from transformers import set_seed
 
-    from kinject.kg.batching import KGCollator
-    from kinject.training import train
+    from kinject.plugins.knowledge.kg.batching import KGCollator
+    from kinject.api import train
 
     folder = ctx.inputs[PARTITION]
     data = kg_data(cfg.kg, cfg.model, ctx)

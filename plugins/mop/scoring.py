@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kinject.distributed import is_main_process
-from kinject.interfaces import Environment, StageContext, Task
+from kinject.api import Environment, StageContext, Task, is_main_process
 
 from .stages import AnalysisConfig
 
@@ -24,7 +23,7 @@ def mixture_weights(model_dir: Path, task: Task, env: Environment, split: str, l
     ``split`` (evaluation mode: deterministic for every mixture)."""
     import torch
 
-    from kinject.models import load_tokenizer
+    from kinject.api import load_tokenizer
 
     from .analysis import last_layer_cls_weights
     from .fusion import load_fused_model

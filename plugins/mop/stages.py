@@ -12,16 +12,13 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kinject.fingerprint import NOT_KEYED
-from kinject.refs import ModelRef, SourceRef, TaskRef
-from kinject.spec import TrainingSpec
-from kinject.stages import StageConfig
+from kinject.api import ModelRef, NOT_KEYED, SourceRef, StageConfig, TaskRef, TrainingSpec
 
 PARTITION = "mop-partition"
 
 
 class KGSettings(StageConfig):
-    """The knowledge graph and how its training rows are built (kinject.kg "tail" rows)."""
+    """The knowledge graph and how its training rows are built (kinject.plugins.knowledge.kg "tail" rows)."""
 
     source: SourceRef
     max_length: int

@@ -13,8 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import ClassVar
 
-from kinject.errors import SpecError
-from kinject.interfaces import Stage, Strategy
+from kinject.api import SpecError, Stage, Strategy
 
 from .config import MopConfig
 from .fusion import fusion_body
@@ -52,13 +51,13 @@ class MopStrategy(Strategy):
 
     def source_ref(self, run):
         """The KG: the run's source, else the embedded HPO graph (sampled to ``kg_max_triples``)."""
-        from kinject.refs import SourceRef
+        from kinject.api import SourceRef
 
         if run.sources:
             return run.source_refs()[0]
         if "mop-source" not in run._refs:
-            from kinject.registry import registry
-            from kinject.sources.hpo import default_source
+            from kinject.api import registry
+            from kinject.plugins.knowledge.sources.hpo import default_source
 
             registry("sources").get("hpo")  # names the class "hpo", so a worker process can rebuild it by name
             built = default_source(self.config.kg_max_triples)
@@ -86,7 +85,8 @@ class MopStrategy(Strategy):
 
     # -- the pipeline --------------------------------------------------------------------------- #
     def stages(self, run) -> list[Stage]:
-        from kinject.stages import compare_stage, evaluate_stage, finetune_stage
+        from kinject.plugins.evidence.stage import compare_stage
+        from kinject.api import evaluate_stage, finetune_stage
 
         cfg = self.config
         model = run.model_ref()
@@ -134,7 +134,7 @@ class MopStrategy(Strategy):
         """Partition-adapter optimisation (reference: AdamW, weight decay 0.01, warm-up 0.1); the run's training
         settings are for the task, so they do not reach (or key) the knowledge side, except how often to log
         and checkpoint."""
-        from kinject.spec import TrainingSpec
+        from kinject.api import TrainingSpec
 
         cfg, task = self.config, run.spec.training
         return TrainingSpec(epochs=cfg.adapter_epochs, max_steps=cfg.adapter_max_steps,
@@ -156,7 +156,7 @@ _COUNTS: dict[tuple, tuple[int, int]] = {}
 def count_graph(ref, env, cap: int | None) -> tuple[int, int]:
     """(entities, triples) of a source reference's KG under ``cap`` - what the partition stage will see. Streamed
     (only the entity vocabulary is held); remembered per source fingerprint for the process (``--repeats``)."""
-    from kinject.kg.intern import Vocab, intern_triples
+    from kinject.plugins.knowledge.kg.intern import Vocab, intern_triples
 
     key = (ref.name, ref.fingerprint, cap)
     if key not in _COUNTS:
@@ -173,7 +173,7 @@ def probe_adapter(model_path: str, config) -> None:
     import torch
     from transformers import AutoConfig, AutoModel
 
-    from kinject.models import offline
+    from kinject.api import offline
 
     from .knowledge import quiet_activation
 

@@ -18,8 +18,7 @@ def _group() -> None:
 
 def _read_terms(path: Path) -> list[tuple[str, str]]:
     """One term per line, optionally ``term<TAB>category``; DataError naming file:line on bad input."""
-    from kinject.errors import DataError
-    from kinject.io import iter_lines
+    from kinject.api import DataError, iter_lines
 
     terms = []
     for number, line in iter_lines(path):
@@ -36,8 +35,7 @@ def _read_terms(path: Path) -> list[tuple[str, str]]:
 
 def _load(name: str):
     """A tokenizer by model name (minilm, tiny, hub id), model directory or tokenizer folder."""
-    from kinject.models import load_tokenizer, resolve_model
-    from kinject.spec import default_cache_dir
+    from kinject.api import default_cache_dir, load_tokenizer, resolve_model
 
     path = Path(name).expanduser()
     return load_tokenizer(str(path) if path.is_dir() else resolve_model(name, default_cache_dir()))
@@ -45,9 +43,9 @@ def _load(name: str):
 
 def _corpus_texts(path: Path):
     """Texts of a .txt (a line each) or .jsonl (``text`` field) file, read as the corpus source reads them."""
-    from kinject.interfaces import Environment
-    from kinject.sources.corpus import CorpusSource
-    from kinject.spec import default_cache_dir, default_data_dir
+    from kinject.api import Environment
+    from kinject.plugins.knowledge.sources.corpus import CorpusSource
+    from kinject.api import default_cache_dir, default_data_dir
 
     source = CorpusSource(paths=[str(path)], min_chars=0, dedupe=False)
     return source.iter_texts(Environment(data_dir=default_data_dir(), cache_dir=default_cache_dir()))
@@ -69,7 +67,7 @@ def compare(tokenizers: List[str] = typer.Option(..., "--tokenizer", "-t", help=
     from rich.markup import escape
     from rich.table import Table
 
-    from kinject.errors import KinjectError
+    from kinject.api import KinjectError
     from kinject.plugins.pretrain import vocab as vb
 
     if len(tokenizers) < 1:
@@ -113,7 +111,7 @@ def compare(tokenizers: List[str] = typer.Option(..., "--tokenizer", "-t", help=
 def _write_csv(path: Path, rows: list[dict]) -> None:
     import csv
 
-    from kinject.files import atomic_file
+    from kinject.api import atomic_file
 
     with atomic_file(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -130,7 +128,7 @@ def _write_png(path: Path, rows: list[dict], names: list[str]) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from kinject.files import atomic_file
+    from kinject.api import atomic_file
 
     x = np.arange(len(rows))
     width = 0.8 / len(names)

@@ -28,7 +28,7 @@ def load_mlm(path: str, revision: str | None = None, attn: str = "sdpa"):
     """``AutoModelForMaskedLM`` at ``path`` and the names of the head weights the checkpoint lacked."""
     from transformers import AutoModelForMaskedLM
 
-    from kinject.models import offline
+    from kinject.api import offline
 
     model, info = AutoModelForMaskedLM.from_pretrained(path, revision=revision, local_files_only=offline(),
                                                        attn_implementation=attn, output_loading_info=True)
@@ -58,7 +58,7 @@ def pooler_state(model_or_path, revision: str | None = None, attn: str = "sdpa")
     them, from a checkpoint path or a config (a fresh, seeded pooler); {} when the architecture has none."""
     from transformers import AutoModel, PretrainedConfig
 
-    from kinject.models import offline
+    from kinject.api import offline
 
     if isinstance(model_or_path, PretrainedConfig):
         encoder = AutoModel.from_config(model_or_path, attn_implementation=attn)
@@ -132,9 +132,8 @@ def train_mlm(model, dataset, collator, training, work: Path, seed: int, stage: 
     labels (:func:`sparse_prediction`) unless ``sparse`` is off. Returns loss, steps, tokens/s."""
     from transformers import Trainer, set_seed
 
-    from kinject.distributed import world_size
-    from kinject.training import (EpochCallback, HookCallback, PaddingCounter, last_checkpoint, quiet_progress,
-                                  training_arguments)
+    from kinject.api import (EpochCallback, HookCallback, PaddingCounter, last_checkpoint, quiet_progress,
+                             training_arguments, world_size)
 
     set_seed(seed)
     counter = PaddingCounter(collator)

@@ -15,12 +15,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from kinject.distributed import is_main_process
-from kinject.fingerprint import NOT_KEYED
-from kinject.interfaces import StageContext
-from kinject.refs import ModelRef, SourceRef, TaskRef
-from kinject.spec import TrainingSpec
-from kinject.stages import StageConfig
+from kinject.api import (NOT_KEYED, ModelRef, SourceRef, StageConfig, StageContext, TaskRef, TrainingSpec,
+                         is_main_process)
 
 log = logging.getLogger("kinject")
 
@@ -56,8 +52,8 @@ def corpus_body(cfg: CorpusStageConfig, ctx: StageContext) -> None:
     from datasets import Features, Value
     from datasets.arrow_writer import ArrowWriter
 
-    from kinject.errors import DataError
-    from kinject.sources.corpus import HeldOutText
+    from kinject.api import DataError
+    from kinject.plugins.knowledge.sources.corpus import HeldOutText
 
     if not is_main_process():
         return
@@ -128,7 +124,7 @@ class PackConfig(StageConfig):
 
 
 def stage_tokenizer(model: ModelRef | None, vocab_stage: str | None, ctx: StageContext):
-    from kinject.models import load_tokenizer
+    from kinject.api import load_tokenizer
 
     return load_tokenizer(str(ctx.inputs[vocab_stage] / "tokenizer")) if vocab_stage else model.load_tokenizer()
 
@@ -173,7 +169,7 @@ def _start_model(cfg: MlmConfig, tokenizer, ctx: StageContext):
     import torch
     from transformers import AutoModelForMaskedLM
 
-    from kinject.models import keep_layers, load_tokenizer
+    from kinject.api import keep_layers, load_tokenizer
 
     from .mlm import freeze_encoder, load_mlm, pooler_state, scratch_config
     from .vocab import transfer_embeddings
@@ -235,7 +231,7 @@ class PerplexityConfig(StageConfig):
 
 
 def perplexity_body(cfg: PerplexityConfig, ctx: StageContext) -> None:
-    from kinject.models import keep_layers, load_tokenizer
+    from kinject.api import keep_layers, load_tokenizer
 
     from .mlm import load_mlm, masked_windows, score_windows
 

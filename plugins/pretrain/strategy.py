@@ -15,8 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from kinject.errors import SpecError
-from kinject.interfaces import Stage, Strategy
+from kinject.api import SpecError, Stage, Strategy
 
 from .config import PretrainConfig
 from .stages import (CorpusStageConfig, MaskingConfig, MlmConfig, PackConfig, PerplexityConfig, ReportConfig,
@@ -78,7 +77,7 @@ class PretrainStrategy(Strategy):
     def base_ref(self, run):
         """The base model as pretraining stages hold it: the pretraining length; fine-tuning-only settings
         (pooling) left out, so runs for different tasks share their pretraining."""
-        from kinject.refs import ModelRef
+        from kinject.api import ModelRef
 
         update = {"max_length": self.max_length(run), "pooling": "cls"}
         return run.model_ref().model_copy(update={k: v for k, v in update.items() if k in ModelRef.model_fields})
@@ -100,8 +99,8 @@ class PretrainStrategy(Strategy):
     def _source(self, run):
         """The run's corpus source reference (default: the train/dev text of every task in the data dir)."""
         if "source" not in self.__dict__:
-            from kinject.refs import SourceRef
-            from kinject.sources.corpus import CorpusSource
+            from kinject.api import SourceRef
+            from kinject.plugins.knowledge.sources.corpus import CorpusSource
 
             if run.sources:
                 source, ref = run.sources[0], run.source_refs()[0]
@@ -115,8 +114,8 @@ class PretrainStrategy(Strategy):
     def _covers_task(self, run) -> bool:
         """Whether the corpus source already holds out every test text of the run's task (then the corpus,
         and all pretraining after it, does not depend on the task and is shared by runs on other tasks)."""
-        from kinject.registry import registry
-        from kinject.sources.corpus import HeldOutText
+        from kinject.api import registry
+        from kinject.plugins.knowledge.sources.corpus import HeldOutText
 
         source = self._source(run)[0].build()
         env = dataclasses.replace(run.env, limit=None)
@@ -154,7 +153,7 @@ class PretrainStrategy(Strategy):
 
     def pretraining_stages(self, run) -> list[Stage]:
         """corpus -> vocab -> pack -> head -> mlm -> evaluate (as far as ``until`` goes)."""
-        from kinject.refs import TaskRef
+        from kinject.api import TaskRef
 
         cfg = self.config
         source, modules = self._source(run)
@@ -209,7 +208,8 @@ class PretrainStrategy(Strategy):
         return stages
 
     def stages(self, run) -> list[Stage]:
-        from kinject.stages import compare_stage, evaluate_stage, finetune_stage
+        from kinject.plugins.evidence.stage import compare_stage
+        from kinject.api import evaluate_stage, finetune_stage
 
         stages = self.pretraining_stages(run)
         if run.task is None or self.config.until != "all":

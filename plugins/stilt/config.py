@@ -6,8 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kinject.interfaces import PluginConfig
-from kinject.spec import TrainingOverrides
+from kinject.api import PluginConfig, TrainingOverrides
 
 
 class IntermediateSpec(BaseModel):

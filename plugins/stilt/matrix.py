@@ -26,8 +26,7 @@ from typing import Any, Callable
 
 import yaml
 
-from kinject.errors import SpecError
-from kinject.files import atomic_file, atomic_write_text
+from kinject.api import SpecError, atomic_file, atomic_write_text
 
 log = logging.getLogger("kinject")
 BASELINE = "baseline"
@@ -111,7 +110,7 @@ def plan_cells(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int)
 
 def cell_spec(cell: Cell, base: dict[str, Any], sets: list[str]):
     """The run spec of one cell: base fields, the target task, finetune or stilt, --set overrides, seed."""
-    from kinject.spec import apply_overrides, build_spec
+    from kinject.api import apply_overrides, build_spec
 
     data = copy.deepcopy(base)
     data["task"] = cell.target.ref()
@@ -127,7 +126,7 @@ def cell_spec(cell: Cell, base: dict[str, Any], sets: list[str]):
 
 
 def _spec_hash(spec) -> str:
-    from kinject.fingerprint import stable_hash
+    from kinject.api import stable_hash
 
     return stable_hash(spec.model_dump(mode="json", exclude={"output", "cache_dir"}))  # what changes results
 
@@ -169,17 +168,17 @@ class MatrixResult:
 def _preflight(cells: list[Cell], base: dict, sets: list[str], split: str | None) -> dict[str, tuple[str, str]]:
     """Resolve every distinct (target, column) spec and plan its stages, so bad names or missing data fail
     before anything runs. Returns target label -> (split, primary metric)."""
-    from kinject import engine
-    from kinject.interfaces import TaskGroup
+    from kinject import api
+    from kinject.api import TaskGroup
 
     scored: dict[str, tuple[str, str]] = {}
     for cell in cells:
         if cell.seed_index:
             continue
-        run = engine.prepare(cell_spec(cell, base, sets))
+        run = api.prepare(cell_spec(cell, base, sets))
         if isinstance(run.task, TaskGroup):
             raise SpecError(f"--targets: {cell.target.label!r} is a task group; list its member tasks")
-        engine.plan(run)
+        api.plan(run)
         if cell.target.label not in scored:
             splits = run.task.eval_splits
             chosen = split or ("test" if "test" in splits else splits[-1])
@@ -196,7 +195,7 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
 
     ``run_missing=False`` only summarises the cells finished so far (e.g. while another process runs it).
     """
-    from kinject import engine
+    from kinject import api
 
     output = Path(output)
     cells = plan_cells(targets, intermediates, seeds)
@@ -221,7 +220,7 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
         split_name, metric = scored[cell.target.label]
         t0 = time.perf_counter()
         run_dir = cell.run_dir(output, spec.seed)
-        metrics = engine.execute(engine.prepare(spec, resume=True), run_dir)
+        metrics = api.execute(api.prepare(spec, resume=True), run_dir)
         if metric not in metrics.get(split_name, {}):
             raise SpecError(f"task {cell.target.name!r} reported no {split_name}/{metric} "
                             f"(got {sorted(metrics.get(split_name, {}))})")
@@ -244,7 +243,7 @@ def summarize(records: list[dict], targets: list[TaskDef], intermediates: list[T
               scored: dict[str, tuple[str, str]], seeds: int, base: dict[str, Any]) -> dict[str, Any]:
     """mean, std (ddof 1; 0.0 for one seed), n per cell (kinject.results.summarize_seeds); delta = cell
     mean - the target's baseline mean."""
-    from kinject.results import summarize_seeds
+    from kinject.api import summarize_seeds
 
     per_cell: dict[tuple[str, str], dict[int, dict]] = {}
     for record in records:

@@ -14,7 +14,7 @@ import json
 import logging
 from pathlib import Path
 
-from kinject.stages import FinetuneConfig, finetune_body
+from kinject.api import FinetuneConfig, finetune_body
 
 log = logging.getLogger("kinject")
 
@@ -24,7 +24,7 @@ def pooler_weights(model_dir: str | Path, revision: str | None = None) -> dict:
     from transformers import AutoModel
     from transformers.utils import logging as hf_logging
 
-    from kinject.models import offline
+    from kinject.api import offline
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # a missing pooler is what we are looking for, not a problem
@@ -77,7 +77,7 @@ def carry_pooler(start: str | Path, saved: Path, revision: str | None = None) ->
 def intermediate_body(cfg: FinetuneConfig, ctx) -> None:
     """Fine-tune on an intermediate task (kinject.stages.finetune_body), then carry the start model's pooler
     into the saved model when the stage's own model has none."""
-    from kinject.distributed import is_main_process
+    from kinject.api import is_main_process
 
     finetune_body(cfg, ctx)
     if is_main_process():

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kinject.errors import DataError, DataMissingError, SpecError, UnknownNameError
-from kinject.interfaces import Stage, Strategy, Task, TaskGroup
+from kinject.api import DataError, DataMissingError, SpecError, Stage, Strategy, Task, TaskGroup, UnknownNameError
 from kinject.plugins.stilt.config import IntermediateSpec, StiltConfig
-from kinject.spec import PluginRef, TrainingOverrides, TrainingSpec, validate_plugin_config
+from kinject.api import PluginRef, TrainingOverrides, TrainingSpec, validate_plugin_config
 
 
 def build_intermediate_task(spec: IntermediateSpec, field: str) -> Task:
     """An intermediate task instance from its spec; errors name the spec field (did-you-mean included)."""
-    from kinject.registry import registry
+    from kinject.api import registry
 
     try:
         cls = registry("tasks").get(spec.name)
@@ -66,7 +65,7 @@ class StiltStrategy(Strategy):
     def stages(self, run) -> list[Stage]:
         import dataclasses
 
-        from kinject.stages import evaluate_stage, finetune_stage
+        from kinject.api import evaluate_stage, finetune_stage
 
         from .pooler import intermediate_body
 

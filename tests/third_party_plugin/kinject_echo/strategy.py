@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from kinject.interfaces import PluginConfig, Stage, Strategy
-from kinject.stages import FinetuneConfig, finetune_body
+from kinject.api import FinetuneConfig, PluginConfig, Stage, Strategy, finetune_body
 
 
 class EchoFinetuneConfig(FinetuneConfig):
@@ -28,7 +27,7 @@ class EchoStrategy(Strategy):
         note: str = Field("hello", description="Written into the stage output, to prove config reaches stages.")
 
     def stages(self, run):
-        from kinject.stages import evaluate_stage, finetune_stage
+        from kinject.api import evaluate_stage, finetune_stage
 
         base = finetune_stage(run)
         config = EchoFinetuneConfig(**dict(base.config), note=self.config.note)

@@ -3,7 +3,7 @@
 import json
 import os
 
-from kinject.hooks import hookimpl
+from kinject.api import hookimpl
 
 
 def _write(event, **fields):

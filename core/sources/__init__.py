@@ -1,1 +1,0 @@
-"""Built-in knowledge sources (registered through the ``kinject.sources`` entry points)."""

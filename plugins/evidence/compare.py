@@ -1,0 +1,202 @@
+"""Paired comparison of runs on the same examples: each run's metric, its difference to a baseline with a
+bootstrap interval over examples, and per-seed paired tests when both sides have several seeds.
+
+Runs are paired by seed value and their predictions by example id; runs of different tasks, runs
+without predictions for the split, and runs scored on different examples are refused (KinjectError).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kinject.api import KinjectError
+from kinject.plugins.evidence.metrics import MetricDef, build_task, define, task_metric_refs
+from kinject.plugins.evidence.runs import Run, RunSet, load_predictions
+from kinject.plugins.evidence.scorers import scorer_for, seed_statistic
+from kinject.plugins.evidence.stats import paired_bootstrap, seed_tests
+
+REPORTED_TOLERANCE = 1e-6
+
+
+def _id_mismatch(name_a: str, ids_a: list[str], name_b: str, ids_b: list[str]) -> KinjectError:
+    only_a, only_b = sorted(set(ids_a) - set(ids_b)), sorted(set(ids_b) - set(ids_a))
+    detail = "; ".join(f"{len(ids)} only in {name} (e.g. {ids[0]!r})" for name, ids in
+                       ((name_a, only_a), (name_b, only_b)) if ids)
+    return KinjectError(f"{name_a} and {name_b} were scored on different examples ({detail}); "
+                        "paired comparisons need the same evaluation set")
+
+
+def align(reference: list[str], records: list[dict], name: str, reference_name: str) -> list[dict]:
+    """``records`` in the order of the ``reference`` ids; KinjectError when the id sets differ."""
+    by_id = {str(r["id"]): r for r in records}
+    if len(by_id) != len(reference) or any(i not in by_id for i in reference):
+        raise _id_mismatch(reference_name, reference, name, list(by_id))
+    return [by_id[i] for i in reference]
+
+
+def _stack(scorer, seeds: dict[int, list[dict]]) -> tuple[np.ndarray, dict[int, float]]:
+    """(n, d, seeds) statistics of one system and its metric per seed."""
+    arrays = {seed: scorer.stats(records) for seed, records in seeds.items()}
+    values = {seed: float(scorer.value(a.T[:, None, :])[0]) for seed, a in arrays.items()}
+    return np.stack([arrays[s] for s in sorted(arrays)], axis=-1), values
+
+
+def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[int, list[dict]]],
+         n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0, method: str = "percentile") -> list[dict]:
+    """The baseline's row and one row per other system: metric value (mean over seeds), per-seed values,
+    difference to the baseline with its paired bootstrap interval, per-seed tests (aligned records in).
+
+    A system run with other seeds than the baseline is paired over the seeds both have (``paired_seeds``; its
+    ``value`` is then its mean over all its seeds, the difference is over the shared ones); two single-seed runs
+    of different seeds are paired by example only; several seeds with none in common is an error."""
+    scorer = scorer_for(metric, [r for side in (baseline, *others) for r in side.values()])
+    base_stats, base_values = _stack(scorer, baseline)
+    rows = [{"value": float(np.mean(list(base_values.values()))), "per_seed": base_values}]
+    for side in others:
+        stats, values = _stack(scorer, side)
+        shared = sorted(set(baseline) & set(side))
+        a, b = base_stats, stats
+        if set(baseline) != set(side):
+            if shared:
+                a = _stack(scorer, {s: baseline[s] for s in shared})[0]
+                b = _stack(scorer, {s: side[s] for s in shared})[0]
+            elif len(baseline) > 1 or len(side) > 1:
+                raise KinjectError(f"no seed in common (baseline seeds {sorted(baseline)}, other seeds "
+                                   f"{sorted(side)}): a paired comparison needs the same seeds on both sides")
+        diff = paired_bootstrap(a, b, seed_statistic(scorer), n_resamples=n_resamples,
+                                confidence=confidence, seed=seed, method=method)
+        row = {"value": float(np.mean(list(values.values()))), "per_seed": values, "difference": diff.difference,
+               "ci_low": diff.low, "ci_high": diff.high, "standard_error": diff.standard_error,
+               "method": diff.method, "seed_tests": seed_tests(base_values, values)}
+        if shared and set(baseline) != set(side):
+            row["paired_seeds"] = shared
+        rows.append(row)
+    return rows
+
+
+def _task_view(run: Run):
+    task = build_task(run.task_spec)
+    return task, task_metric_refs(task) if task is not None else []
+
+
+def default_metric(run: Run, split: str) -> str:
+    """The task's primary metric, else the first metric metrics.json reports for the split."""
+    task, _ = _task_view(run)
+    try:
+        return task.primary_metric()
+    except Exception:  # noqa: BLE001 - no task plugin, or one without a primary metric
+        names = list((run.metrics.get(split) or {}).keys())
+        if not names:
+            raise KinjectError(f"{run.path}: no metric for split {split!r}; pass --metric") from None
+        return names[0]
+
+
+def compare_runs(run_sets: list[RunSet], split: str = "test", metrics: list[str] | None = None,
+                 n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0,
+                 method: str = "percentile") -> dict[str, Any]:
+    """Compare ``run_sets[1:]`` with ``run_sets[0]`` (the baseline) on ``split``; see the module docstring."""
+    if len(run_sets) < 1:
+        raise KinjectError("compare: no runs given")
+    baseline = run_sets[0]
+    tasks = {s.name: s.task for s in run_sets}
+    if len(set(tasks.values())) > 1:
+        raise KinjectError("runs of different tasks: " + ", ".join(f"{n} is {t}" for n, t in tasks.items()))
+    reference = None
+    aligned: list[dict[int, list[dict]]] = []
+    for run_set in run_sets:
+        per_seed = {}
+        for seed_value, run in sorted(run_set.runs.items()):
+            records = run.predictions(split)
+            if reference is None:
+                reference, reference_name = [str(r["id"]) for r in records], str(run.path)
+            per_seed[seed_value] = align(reference, records, str(run.path), reference_name)
+        aligned.append(per_seed)
+    _, refs = _task_view(baseline.first)
+    labels = baseline.first.labels
+    out: dict[str, Any] = {"task": baseline.task, "split": split, "examples": len(reference), "baseline": baseline.name,
+                           "confidence": confidence, "resamples": n_resamples, "metrics": [], "warnings": []}
+    for key in metrics or [default_metric(baseline.first, split)]:
+        rows = pair(define(key, refs, labels), aligned[0], aligned[1:], n_resamples, confidence, seed, method)
+        for run_set, row in zip(run_sets, rows):
+            reported = {s: (r.metrics.get(split) or {}).get(key) for s, r in run_set.runs.items()}
+            for s, value in row["per_seed"].items():
+                if isinstance(reported[s], (int, float)) and abs(reported[s] - value) > REPORTED_TOLERANCE:
+                    out["warnings"].append(f"{run_set.runs[s].path}: {key} recomputed from predictions is "
+                                           f"{value:.6g} but metrics.json says {reported[s]:.6g}")
+            row.update(run=run_set.name, strategy=run_set.strategy, seeds=sorted(run_set.runs),
+                       per_seed={str(s): v for s, v in row["per_seed"].items()})
+        out["metrics"].append({"metric": key, "rows": rows})
+    return out
+
+
+def _file_context(path: Path) -> Run | None:
+    """The run directory a prediction file sits in (``<run>/predictions/<split>.jsonl``), if any."""
+    run_dir = Path(path).resolve().parent.parent
+    return Run(run_dir) if (run_dir / "run.json").is_file() else None
+
+
+def compare_prediction_files(baseline: Path, other: Path, metric: str, task_kind: str | None = None, seed: int = 0,
+                             *, n_resamples: int = 2000, confidence: float = 0.95, task: Any = None, env: Any = None,
+                             labels: list[str] | None = None) -> dict[str, Any]:
+    """``metric`` of two prediction files, ``other`` minus ``baseline``, with a paired bootstrap interval.
+
+    Returns ``{metric, baseline, other, difference, ci_low, ci_high, confidence, n, n_resamples, method}``.
+    The metric's evaluator options come from ``task`` (its ``metric_refs()``; e.g. ChemProt's positive
+    classes), else from the run directory the file sits in, else from the metric's name; the label order
+    (needed by AUROC/ECE) from ``labels``, ``task.head(env)``, or the run's model/config.json.
+    """
+    a = load_predictions(Path(baseline), task_kind)
+    b = align([str(r["id"]) for r in a], load_predictions(Path(other), task_kind), str(other), str(baseline))
+    context = _file_context(baseline)
+    if task is None and context is not None:
+        task = build_task(context.task_spec)
+    if labels is None and task is not None and env is not None:
+        labels = list(task.head(env).labels)
+    if labels is None and context is not None:
+        labels = list(context.labels)
+    definition = define(metric, task_metric_refs(task) if task is not None else [], labels or ())
+    base, row = pair(definition, {0: a}, [{0: b}], n_resamples, confidence, seed)
+    return {"metric": metric, "baseline": base["value"], "other": row["value"], "difference": row["difference"],
+            "ci_low": row["ci_low"], "ci_high": row["ci_high"], "confidence": confidence, "n": len(a),
+            "n_resamples": n_resamples, "method": row["method"]}
+
+
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def comparison_table(result: dict[str, Any], block: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows (text) of one metric's comparison: run, seeds, value, difference, interval, p-values."""
+    level = f"{result['confidence'] * 100:g}%"
+    headers = ["run", "seeds", block["metric"], "Δ vs baseline", f"{level} CI", "t-test p", "Wilcoxon p"]
+    rows = []
+    for i, row in enumerate(block["rows"]):
+        tests = row.get("seed_tests") or {}
+        cells = ["baseline", "", "", ""] if i == 0 else [
+            f"{row['difference']:+.4f}", f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
+            _p(tests.get("t_pvalue")), _p(tests.get("wilcoxon_pvalue"))]
+        seeds = str(len(row["seeds"]))
+        if row.get("paired_seeds"):
+            seeds += f" ({len(row['paired_seeds'])} paired)"
+        rows.append([row["run"], seeds, f"{row['value']:.4f}", *cells])
+    return headers, rows
+
+
+def print_comparison(result: dict[str, Any], console) -> None:
+    """One rich table per metric: value, difference to the baseline, interval, per-seed p-values."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    for block in result["metrics"]:
+        headers, rows = comparison_table(result, block)
+        table = Table(title=f"{result['task']} {result['split']} {block['metric']}: {result['examples']} examples, "
+                            f"paired bootstrap over examples ({result['resamples']} resamples)",
+                      title_justify="left")
+        for i, column in enumerate(headers):
+            table.add_column(escape(column), justify="left" if i == 0 else "right", overflow="fold")
+        for row in rows:
+            table.add_row(*map(escape, row))
+        console.print(table)

@@ -1,0 +1,189 @@
+"""The optuna side of ``kinject sweep``: open (or continue) a study, run trials as kinject runs, write the
+best spec. The search space and its validation are in :mod:`kinject.plugins.evidence.sweep`."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from kinject.api import KinjectError, SpecError
+from kinject.plugins.evidence.sweep import PruningReporter, Param, base_spec_data, load_space, set_field, validate_space
+
+__kinject_fingerprint__ = False  # orchestration: computes nothing a stage writes
+
+HEARTBEAT_S, GRACE_S = 60, 180  # a trial whose process died is failed (and retried) after GRACE_S
+
+
+def _quiet_optuna():
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats
+
+
+def open_storage(url: str, attempts: int = 5):
+    """An optuna RDB storage with heartbeats; an unreachable or malformed URL -> one-line KinjectError.
+
+    Processes started together on a new storage race to create its tables; the loser's "already exists" is
+    retried (the storage is then there to join)."""
+    import time
+
+    import optuna
+
+    _quiet_optuna()
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S)
+        except Exception as exc:  # noqa: BLE001 - sqlalchemy/driver errors of every kind mean "cannot use it"
+            if "already exists" in str(exc) and attempt + 1 < attempts:
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise KinjectError(f"--storage {url}: cannot open the study storage ({type(exc).__name__}: "
+                               f"{reason[:200]})") from None
+
+
+def open_study(storage, name: str, direction: str):
+    """Create the study or load it (``load_if_exists``), with a MedianPruner."""
+    import optuna
+
+    try:
+        return optuna.create_study(storage=storage, study_name=name, direction=direction, load_if_exists=True,
+                                   pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0))
+    except ValueError as exc:  # e.g. an existing study optimised in the other direction
+        raise KinjectError(f"study {name!r}: {exc}") from None
+
+
+def finished(study) -> list:
+    from optuna.trial import TrialState
+
+    return [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+
+
+def retry_failed(study) -> int:
+    """Queue every failed trial's parameters once more (an interrupted trial resumes from the cache)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    optuna.storages.fail_stale_trials(study)  # trials of processes that died, after the grace period
+    retried = {t.user_attrs.get("retry_of") for t in study.trials}
+    queued = 0
+    for t in study.trials:
+        if t.state == TrialState.FAIL and t.number not in retried and t.params:
+            study.enqueue_trial(t.params, user_attrs={"retry_of": t.number})
+            queued += 1
+    return queued
+
+
+def _objective(space: list[Param], base: dict, output: Path, strategy: str, metric: str, split: str,
+               announce: Callable[[str], None]) -> Callable:
+    from kinject import api
+    from kinject.api import atomic_write_text, build_spec, plugin_manager
+
+    def objective(trial) -> float:
+        data = base
+        for param in space:
+            data = set_field(data, param.path, param.suggest(trial))
+        trial.set_user_attr("spec", data)
+        run_dir = output / f"trial-{trial.number}"
+        config = run_dir.with_suffix(".yaml")
+        atomic_write_text(config, yaml.safe_dump(data, sort_keys=False))
+        spec = build_spec({**data, "output": str(run_dir)})
+        announce(f"trial {trial.number}: " + ", ".join(f"{k}={v}" for k, v in trial.params.items()))
+        run = api.prepare(spec, resume=True, command=["kinject", "run", strategy, "--config", str(config),
+                                                         "-o", str(run_dir)])
+        reporter = PruningReporter(trial, metric)
+        manager = plugin_manager()
+        manager.register(reporter, name=f"kinject-sweep-trial-{trial.number}")
+        try:
+            metrics = api.execute(run, run_dir)
+        finally:
+            manager.unregister(reporter)
+        value = (metrics.get(split) or {}).get(metric)
+        if not isinstance(value, (int, float)):
+            raise KinjectError(f"trial {trial.number}: {run_dir}/metrics.json has no {split} {metric}")
+        trial.set_user_attr("run_dir", str(run_dir))
+        announce(f"trial {trial.number}: {split} {metric} = {value:.4f}")
+        return float(value)
+
+    return objective
+
+
+def _check_objective(run, metric: str | None, split: str) -> str:
+    """The metric to optimise (the task's selection metric by default); it must be scored on ``split``."""
+    task, spec = run.task, run.spec
+    metric = metric or task.selection_metric()
+    scored = spec.training.eval_splits or list(task.eval_splits)
+    if split not in scored:
+        raise SpecError(f"--split {split}: the evaluate stage scores {', '.join(scored)} (task {task.name!r}; "
+                        "see training.eval_splits)")
+    known = task.metric_names()
+    if known and metric not in known:
+        raise SpecError(f"--metric {metric}: task {task.name!r} reports {', '.join(known)}")
+    return metric
+
+
+def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, output: Path, *,
+              storage: str | None = None, metric: str | None = None, direction: str = "maximize",
+              split: str = "dev", study_name: str | None = None, config: Path | None = None,
+              sets: list[str] | None = None, fields: dict[str, Any] | None = None, seed: int = 0,
+              announce: Callable[[str], None] = print) -> dict[str, Any]:
+    """Validate everything, then run trials until the study has ``trials`` finished ones; write best.yaml."""
+    import optuna
+
+    from kinject import api
+    from kinject.api import build_spec
+
+    if direction not in ("maximize", "minimize"):
+        raise SpecError(f"--direction {direction}: expected maximize or minimize")
+    base = base_spec_data(strategy, task, config, sets, fields or {})
+    space = load_space(space_file)
+    validate_space(space, base, space_file)
+    run = api.prepare(build_spec(base))  # data, model, plugins: every user error before any trial
+    metric = _check_objective(run, metric, split)
+    output = Path(output)
+    name = study_name or f"kinject-{base['strategy']['name']}-{base['task']['name']}"
+    from filelock import FileLock
+
+    from kinject.api import check_writable
+
+    store = open_storage(storage) if storage else None  # a bad URL fails before anything is written
+    check_writable(output, "sweep folder")
+    with FileLock(str(output / ".study.lock")):  # processes started together create one study and all join it
+        store = store or open_storage(f"sqlite:///{(output / 'study.db').resolve()}")
+        study = open_study(store, name, direction)
+    study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials))  # reproducible per invocation
+    queued = retry_failed(study)
+    if queued:
+        announce(f"retrying {queued} failed trial(s) with their parameters")
+    remaining = trials - len(finished(study))
+    if remaining > 0:
+        objective = _objective(space, base, output, base["strategy"]["name"], metric, split, announce)
+        study.optimize(objective, n_trials=remaining,
+                       callbacks=[optuna.study.MaxTrialsCallback(trials, states=(
+                           optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))])
+    else:
+        announce(f"study {name!r} already has {len(finished(study))} finished trial(s) (asked for {trials})")
+    best = write_best(study, output)
+    return {"study": name, "storage": storage or f"sqlite:///{output / 'study.db'}", "metric": metric,
+            "split": split, "direction": direction, "best": best,
+            "trials": [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params}
+                       for t in study.trials]}
+
+
+def write_best(study, output: Path) -> dict[str, Any] | None:
+    """``output/best.yaml``: the best finished trial's spec (None when no trial completed)."""
+    from optuna.trial import TrialState
+
+    from kinject.api import atomic_write_text
+
+    if not any(t.state == TrialState.COMPLETE for t in study.trials):
+        return None
+    best = study.best_trial
+    path = Path(output) / "best.yaml"
+    header = f"# kinject sweep {study.study_name}: trial {best.number}, value {best.value!r}\n"
+    atomic_write_text(path, header + yaml.safe_dump(best.user_attrs["spec"], sort_keys=False))
+    return {"trial": best.number, "value": best.value, "params": best.params, "path": str(path)}

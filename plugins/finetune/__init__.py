@@ -1,0 +1,1 @@
+"""The `finetune` strategy: the baseline every method is compared with."""

@@ -54,6 +54,7 @@ class RunContext:
     command: list[str] | None = None
     recommended: dict[str, Any] = field(default_factory=dict)  # the task's settings applied to this spec
     output: Path | None = None  # the run folder, once the run executes
+    resolved: Any = None  # what the strategy's validate returned, for its stages
     _refs: dict[str, Any] = field(default_factory=dict)
 
     def model_ref(self):
@@ -163,13 +164,35 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
         run.members = _prepare_members(run)
         return run
     if task is not None:
-        task.prepare_data(env)
+        with plugin_code("tasks", task):
+            task.prepare_data(env)
     for source in sources:
-        source.check(env)
-    strategy.validate(run)
-    run.stages = strategy.stages(run)
+        with plugin_code("sources", source):
+            source.check(env)
+    with plugin_code("strategies", strategy):
+        run.resolved = strategy.validate(run)
+        run.stages = strategy.stages(run)
     _check_stages(run)
     return run
+
+
+@contextmanager
+def plugin_code(kind: str, plugin: Any) -> Iterator[None]:
+    """Run a plugin's code; an ImportError anywhere in it (a package it needs is missing or broken) becomes one
+    line naming the plugin and its distribution (a PluginLoadError, exit 2)."""
+    from kinject.errors import PluginLoadError
+    from kinject.registry import SINGULAR
+
+    try:
+        yield
+    except ImportError as exc:
+        try:
+            info = registry(kind).info(plugin.name)
+            where = f" from {info.distribution} {info.version}"
+        except KinjectError:
+            where = ""
+        raise PluginLoadError(f"{SINGULAR[kind]} {plugin.name!r}{where}: {type(exc).__name__}: {exc} (a package it "
+                              "needs is missing or broken)") from None
 
 
 def _prepare_members(run: RunContext) -> list[tuple[str, RunContext | None, str]]:

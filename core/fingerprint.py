@@ -2,11 +2,17 @@
 
 * :data:`NOT_KEYED` marks a config field that cannot change a stage's output (an evaluation batch size, a
   logging interval). Every other field is part of the key: ``keyed_dump(config)``.
-* :func:`code_fingerprint` hashes the source of the module that defines a stage body and, transitively, of
-  every module of the same top-level package (and of ``kinject``) that it imports - found by reading the
-  import statements, including those inside functions. Orchestration modules that compute nothing a stage
-  writes declare ``__kinject_fingerprint__ = False`` and are left out (the engine, the registry, the CLI,
-  hooks, errors). Edit a module a stage body uses and the stage's key changes.
+* :func:`code_fingerprint` hashes the source of the modules that compute what a stage writes: the module of its
+  body and of its config class (a config subclass may override the fine-tune extension points), and,
+  transitively, the modules they import (import statements found with ``ast``, also inside functions), within
+  the same top-level package and ``kinject``. Three things keep it narrow:
+
+  - modules that compute nothing a stage writes declare ``__kinject_fingerprint__ = False`` and are not
+    followed (the engine, cache, registry, CLI, hooks, errors; the contract modules - interfaces, refs, spec -
+    whose behaviour the engine's ``CONTRACT`` constant stands for in every key);
+  - a facade (``__kinject_facade__ = True``, i.e. :mod:`kinject.api`) is never hashed whole: a name imported
+    from it counts as an import of the module that defines it;
+  - so a plugin's report or plot module is in no training stage's key unless that stage's modules import it.
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
+__kinject_fingerprint__ = False  # how keys are made: covered by planning.CONTRACT
+
 #: ``Field(..., json_schema_extra=NOT_KEYED)``: the field does not affect the output; it stays out of keys.
 NOT_KEYED: dict[str, Any] = {"keyed": False}
 
 _EXEMPT_MARK = re.compile(r"^__kinject_fingerprint__\s*=\s*False", re.M)
+_FACADE_MARK = re.compile(r"^__kinject_facade__\s*=\s*True", re.M)
 
 
 def is_keyed(model: type[BaseModel], name: str) -> bool:
@@ -66,18 +75,18 @@ def _origin(module: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _module_facts(origin: str, mtime_ns: int, size: int, module: str, is_package: bool) -> tuple[str, tuple[str, ...], bool]:
-    """(sha256 of the source, imported module names (absolute), exempt?) of one module file."""
+def _module_facts(origin: str, mtime_ns: int, size: int, module: str,
+                  is_package: bool) -> tuple[str, tuple[tuple[str, tuple[str, ...]], ...], bool, bool]:
+    """(sha256 of the source, imports as (module, names imported from it), exempt?, facade?) of one file."""
     with open(origin, "rb") as handle:
         source = handle.read()
     digest = hashlib.sha256(source).hexdigest()
     text = source.decode("utf-8", errors="replace")
-    exempt = bool(_EXEMPT_MARK.search(text))
     package = module if is_package else module.rpartition(".")[0]
-    names: list[str] = []
+    imports: list[tuple[str, tuple[str, ...]]] = []
     for node in ast.walk(ast.parse(text, filename=origin)):
         if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
+            imports.extend((alias.name, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -85,9 +94,19 @@ def _module_facts(origin: str, mtime_ns: int, size: int, module: str, is_package
                 prefix = ".".join(base + ([node.module] if node.module else []))
             else:
                 prefix = node.module or ""
-            names.append(prefix)
-            names.extend(f"{prefix}.{alias.name}" for alias in node.names if alias.name != "*")
-    return digest, tuple(dict.fromkeys(n for n in names if n)), exempt
+            imports.append((prefix, tuple(alias.name for alias in node.names if alias.name != "*")))
+    return digest, tuple(imports), bool(_EXEMPT_MARK.search(text)), bool(_FACADE_MARK.search(text))
+
+
+def _defined_in(facade: str, name: str) -> str | None:
+    """The module that defines ``facade.name`` (None for plain values such as constants)."""
+    import importlib
+
+    value = getattr(importlib.import_module(facade), name, None)
+    module = getattr(value, "__module__", None)
+    if module is None and hasattr(value, "__name__") and hasattr(value, "__path__"):
+        return value.__name__  # a module
+    return module
 
 
 def module_hashes(roots: list[str], packages: set[str] | None = None) -> dict[str, str]:
@@ -104,18 +123,42 @@ def module_hashes(roots: list[str], packages: set[str] | None = None) -> dict[st
             seen[module] = ""
             continue
         stat = os.stat(origin)
-        digest, imports, exempt = _module_facts(origin, stat.st_mtime_ns, stat.st_size, module,
-                                                os.path.basename(origin) == "__init__.py")
-        if exempt and module not in roots:
+        digest, imports, exempt, facade = _module_facts(origin, stat.st_mtime_ns, stat.st_size, module,
+                                                        os.path.basename(origin) == "__init__.py")
+        if exempt or facade:
             seen[module] = ""
             continue
         seen[module] = digest
-        todo.extend(imports)
+        for target, names in imports:
+            if _is_facade(target):
+                todo.extend(m for m in (_defined_in(target, n) for n in names) if m)
+                continue
+            todo.append(target)
+            todo.extend(f"{target}.{n}" for n in names if not _is_facade(f"{target}.{n}"))
+            todo.extend(m for n in names if _is_facade(f"{target}.{n}") for m in _facade_modules(f"{target}.{n}"))
     return {name: digest for name, digest in sorted(seen.items()) if digest}
 
 
+@functools.lru_cache(maxsize=64)
+def _is_facade(module: str) -> bool:
+    origin = _origin(module)
+    if origin is None:
+        return False
+    with open(origin, "rb") as handle:
+        return bool(_FACADE_MARK.search(handle.read().decode("utf-8", errors="replace")))
+
+
+def _facade_modules(facade: str) -> list[str]:
+    """Every module a facade imported whole (``from kinject import api``) stands for."""
+    import importlib
+
+    names = getattr(importlib.import_module(facade), "__all__", [])
+    return sorted({m for m in (_defined_in(facade, n) for n in names) if m})
+
+
 def code_fingerprint(body: Callable, extra_modules: tuple[str, ...] = ()) -> dict[str, str]:
-    """Per-module source hashes of what implements ``body`` (its module's import closure)."""
+    """Per-module source hashes of what implements ``body``: its module's import closure, and that of
+    ``extra_modules`` (the config class's module, modules named by the config's references, ``Stage.code``)."""
     return module_hashes([body.__module__, *extra_modules])
 
 

@@ -6,6 +6,8 @@ a one-line docstring used by ``kinject list``. Nothing here imports torch.
 
 from __future__ import annotations
 
+__kinject_fingerprint__ = False  # contract: what the engine hands a stage is covered by planning.CONTRACT
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
@@ -321,8 +323,10 @@ class Strategy(Component):
     consumes: ClassVar[frozenset[str]] = frozenset()
     needs_task: ClassVar[bool] = True  # False: the strategy can run without a downstream task
 
-    def validate(self, run: "RunContext") -> None:
-        """Raise a KinjectError for anything in the spec, data or sources the strategy cannot use.
+    def validate(self, run: "RunContext") -> Any:
+        """Raise a KinjectError for anything in the spec, data or sources the strategy cannot use, and return what
+        it resolved that ``stages`` needs (a teacher, a default source, a given mask): the engine keeps it in
+        ``run.resolved``.
 
         Runs in ``prepare``, before any stage. The default checks the source kinds against ``consumes``.
         """
@@ -336,4 +340,12 @@ class Strategy(Component):
                                 f"({source.name!r}): {wanted}; remove it from sources")
 
     def stages(self, run: "RunContext") -> list[Stage]:
+        """The stages of a run, in order (:func:`kinject.stages.finetune_stage` and friends build the shared ones).
+        What ``validate`` resolved is in ``run.resolved``."""
         raise NotImplementedError
+
+    @classmethod
+    def load_task_model(cls, model_dir: Path, head: Head, attn_implementation: str = "sdpa"):
+        """A task model this strategy saved that ``from_pretrained`` cannot load alone (its config.json names the
+        strategy as ``kinject_strategy``); None: load it the usual way. Used by `kinject eval`."""
+        return None

@@ -35,7 +35,7 @@ __kinject_fingerprint__ = False  # orchestration: what it does to a stage is cov
 log = logging.getLogger("kinject")
 
 #: bump when the engine changes what a stage body receives (invalidates every cached stage)
-CONTRACT = "3"
+CONTRACT = "4"
 
 
 @dataclass
@@ -80,7 +80,9 @@ def _ref_modules(value: Any) -> list[str]:
 
 def stage_record(stage: Stage, input_keys: dict[str, str]) -> dict:
     """Everything the stage's key hashes."""
-    code = code_fingerprint(stage.body, (*stage.code, *dict.fromkeys(_ref_modules(stage.config))))
+    config_modules = [cls.__module__ for cls in type(stage.config).__mro__
+                      if cls.__module__ not in ("builtins", "pydantic.main") and not cls.__module__.startswith("pydantic")]
+    code = code_fingerprint(stage.body, (*stage.code, *dict.fromkeys([*config_modules, *_ref_modules(stage.config)])))
     return {"stage": stage.name, "config_type": f"{type(stage.config).__module__}.{type(stage.config).__qualname__}",
             "config": keyed_dump(stage.config), "inputs": input_keys,
             "code": code, "body": f"{stage.body.__module__}.{stage.body.__qualname__}",
@@ -224,6 +226,9 @@ def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]
             (partial / "out" / "stage.json").write_text(json.dumps(info, indent=2, default=str))
             _finish(partial / "out", folder)
             shutil.rmtree(partial, ignore_errors=True)
+    except ImportError as exc:
+        raise KinjectError(f"stage {stage.name!r}: {type(exc).__name__}: {exc} (a package it needs is missing or "
+                           "broken; its checkpoints are kept for --resume)") from None
     except Exception as exc:
         fault = None if isinstance(exc, KinjectError) else filesystem_fault(exc, partial)
         if fault is None:

@@ -8,6 +8,8 @@ can read is in its config - and in its cache key.
 
 from __future__ import annotations
 
+__kinject_fingerprint__ = False  # contract: refs are keyed as config values, their code by planning.CONTRACT
+
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -110,10 +112,10 @@ class TaskRef(Ref):
         return ref
 
     def code_modules(self) -> list[str]:
-        from kinject.registry import registry
-
-        evaluators = [registry("evaluators").info(n).value.partition(":")[0] for n in registry("evaluators").names()]
-        return [type(self.build()).__module__, *evaluators]
+        """The task's module and those of the evaluators it scores with."""
+        task = self.build()
+        evaluators = [type(ref.build()).__module__ for ref in task.metric_refs()]
+        return [type(task).__module__, *evaluators]
 
     def build(self) -> Task:
         """The task object (the run's own instance when in the same process)."""

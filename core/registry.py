@@ -1,8 +1,11 @@
-"""Lazy, typed plugin registries read from entry points.
+"""One lazy registry per kind of plugin, read from entry points: strategies, tasks, sources, evaluators,
+commands (typer apps or functions: ``kinject NAME``) and hooks (pluggy plugins). Built-ins are declared in
+kinject's pyproject.toml exactly as a third party declares its own.
 
-Listing reads entry-point metadata and the plugin's source text (for its one-line description); it
-imports no plugin and no torch. A plugin is imported on first ``get``. A plugin that fails to load is
-reported with its name, distribution and error, and breaks nothing else.
+Listing reads entry-point metadata and the plugin's source text (for its one-line description and to find a
+module that cannot be parsed or imports a missing package); it imports no plugin and no torch. A plugin is
+imported on first ``get``. A plugin that fails to load is reported with its name, distribution and error, and
+breaks nothing else.
 """
 
 from __future__ import annotations
@@ -27,13 +30,18 @@ GROUPS: dict[str, str] = {
     "tasks": "kinject.tasks",
     "sources": "kinject.sources",
     "evaluators": "kinject.evaluators",
+    "commands": "kinject.commands",
+    "hooks": "kinject.hooks",
 }
-SINGULAR = {"strategies": "strategy", "tasks": "task", "sources": "source", "evaluators": "evaluator"}
-BASE_CLASSES = {
+SINGULAR = {"strategies": "strategy", "tasks": "task", "sources": "source", "evaluators": "evaluator",
+            "commands": "command", "hooks": "hook plugin"}
+BASE_CLASSES = {  # what a plugin of the kind must be (None: anything pluggy or typer accepts)
     "strategies": "kinject.interfaces:Strategy",
     "tasks": "kinject.interfaces:Task",
     "sources": "kinject.interfaces:KnowledgeSource",
     "evaluators": "kinject.interfaces:Evaluator",
+    "commands": None,
+    "hooks": None,
 }
 
 
@@ -84,6 +92,18 @@ def _docstring_after(text: str, pattern: str) -> str | None:
     return "" if re.search(pattern, text, re.M) else None
 
 
+@functools.lru_cache(maxsize=None)
+def _syntax_error(origin: str, text: str) -> str:
+    """'' when the module's source parses, else the error (file:line: message)."""
+    import ast
+
+    try:
+        ast.parse(text, filename=origin)
+    except SyntaxError as exc:
+        return f"{origin}:{exc.lineno}: SyntaxError: {exc.msg}"
+    return ""
+
+
 def _static_inspect(value: str) -> tuple[str, str]:
     """Find a plugin's docstring and obvious breakage from its source text, without executing it.
 
@@ -102,6 +122,9 @@ def _static_inspect(value: str) -> tuple[str, str]:
         text = _source(spec.origin)
     except (OSError, UnicodeDecodeError) as exc:
         return "", f"cannot read {spec.origin}: {exc}"
+    problem = _syntax_error(spec.origin, text)
+    if problem:
+        return "", problem
     missing = sorted({(a or b).split(".")[0] for a, b in _IMPORT_RE.findall(text)}
                      - {"__future__"} - {n for n in {(a or b).split(".")[0] for a, b in _IMPORT_RE.findall(text)}
                                           if _top_level_installed(n)})
@@ -199,11 +222,14 @@ class Registry:
                     raise PluginLoadError(
                         f"{SINGULAR[self.kind]} {name!r} from {dist} {version} failed to import: "
                         f"{type(exc).__name__}: {exc}") from exc
-            base = _load_ref(BASE_CLASSES[self.kind])
-            if not (isinstance(obj, type) and issubclass(obj, base)):
-                raise PluginLoadError(f"{SINGULAR[self.kind]} {name!r} ({obj!r}) is not a {base.__name__}")
-            if getattr(obj, "name", None) in (None, "", base.name):
-                obj.name = name
+            if BASE_CLASSES[self.kind] is not None:
+                base = _load_ref(BASE_CLASSES[self.kind])
+                if not (isinstance(obj, type) and issubclass(obj, base)):
+                    raise PluginLoadError(f"{SINGULAR[self.kind]} {name!r} ({obj!r}) is not a {base.__name__}")
+                if getattr(obj, "name", None) in (None, "", base.name):
+                    obj.name = name
+            elif self.kind == "commands" and not callable(obj):
+                raise PluginLoadError(f"command {name!r} ({obj!r}) is neither a typer app nor a function")
             self._loaded[name] = obj
             return obj
 

@@ -6,6 +6,8 @@ and reports errors as ``field.path: what is wrong (what is allowed)``.
 
 from __future__ import annotations
 
+__kinject_fingerprint__ = False  # contract: settings are keyed as config values, their code by planning.CONTRACT
+
 import copy
 import os
 from pathlib import Path

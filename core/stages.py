@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from kinject.distributed import is_main_process
 from kinject.fingerprint import NOT_KEYED
@@ -99,7 +99,7 @@ def load_task_model(model_dir: Path, head: Head, attn_implementation: str = "sdp
     """A saved task model (sequence or token head) from a stage's ``model/`` folder.
 
     A strategy whose models need more than ``from_pretrained`` (MoP: adapters and their fusion) writes
-    ``kinject_strategy`` into config.json and gives its class a ``load_task_model(model_dir, head, attn)``.
+    ``kinject_strategy`` into config.json and implements :meth:`kinject.interfaces.Strategy.load_task_model`.
     """
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
@@ -109,9 +109,9 @@ def load_task_model(model_dir: Path, head: Head, attn_implementation: str = "sdp
     if name:
         from kinject.registry import registry
 
-        loader = getattr(registry("strategies").get(name), "load_task_model", None)
-        if loader is not None:
-            return loader(model_dir, head, attn_implementation)
+        model = registry("strategies").get(name).load_task_model(model_dir, head, attn_implementation)
+        if model is not None:
+            return model
 
     cls = AutoModelForTokenClassification if head.kind == "token" else AutoModelForSequenceClassification
     model = cls.from_pretrained(str(model_dir), local_files_only=offline(), attn_implementation=attn_implementation)
@@ -140,7 +140,16 @@ def plain(value: Any) -> Any:
 
 # -- fine-tuning ------------------------------------------------------------------------------------ #
 class FinetuneConfig(StageConfig):
-    """Fine-tune an encoder on a task's train split with a fresh head."""
+    """Fine-tune an encoder on a task's train split with a fresh head.
+
+    The extension points of the one fine-tune body: a stage that fine-tunes differently subclasses this config
+    (its new fields are keyed; its module joins the stage's code fingerprint) and overrides
+
+    * :meth:`prepare_model` - transform the task model once it is built (adapters, LoRA, freezing);
+    * :meth:`trainer_class` - the HF Trainer class to train with (extra losses in its ``compute_loss``);
+    * :meth:`save_model` - how the trained model is written to the stage's ``model/``;
+    * :meth:`extra_stats` - values added to train.json.
+    """
 
     model: ModelRef
     task: TaskRef
@@ -148,8 +157,25 @@ class FinetuneConfig(StageConfig):
     seed: int
     init_from: str | None = Field(None, description="Input stage whose model/ is the encoder (default: model).")
 
+    def prepare_model(self, model, ctx: StageContext):
+        """The model to train (default: ``model`` as built)."""
+        return model
+
+    def trainer_class(self, head: Head):
+        """The Trainer class (default: None, transformers' Trainer)."""
+        return None
+
+    def save_model(self, model, tokenizer, folder: Path, ctx: StageContext) -> None:
+        """Write the trained model (default: safetensors + tokenizer, loadable with ``from_pretrained``)."""
+        save_model(model, tokenizer, folder)
+
+    def extra_stats(self) -> dict[str, Any]:
+        return {}
+
 
 def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
+    """Build the task model (the base encoder or the model of ``init_from``, a fresh head), apply the config's
+    extension points, train on the task's train split, save ``model/`` and ``train.json``."""
     from kinject.models import load_tokenizer
     from kinject.training import dev_scorer, train
 
@@ -164,13 +190,15 @@ def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
     head = task.head(env)
     model = build_task_model(encoder, head, cfg.model.attn_implementation, cfg.seed, revision, layers,
                              cfg.model.pooling)
+    model = cfg.prepare_model(model, ctx)
     features = task.featurize(tokenizer, task.examples(task.train_split, env), cfg.model.max_length, env)
     scorer = dev_scorer(task, env, tokenizer, cfg.model.max_length, cfg.training) if cfg.training.eval_steps else None
     stats = train(model, features, task.collator(tokenizer), cfg.training, ctx.work, cfg.seed, stage=ctx.name,
-                  resume=ctx.resume, scorer=scorer)
+                  resume=ctx.resume, scorer=scorer, trainer_cls=cfg.trainer_class(head))
+    stats["trainable_parameters"] = float(sum(p.numel() for p in model.parameters() if p.requires_grad))
     if is_main_process():
-        save_model(model, tokenizer, ctx.out / "model")
-        (ctx.out / "train.json").write_text(json.dumps(stats, indent=2))
+        cfg.save_model(model, tokenizer, ctx.out / "model", ctx)
+        (ctx.out / "train.json").write_text(json.dumps({**stats, **cfg.extra_stats()}, indent=2))
 
 
 def finetune_stage(run, name: str = "finetune", init_from: str | None = None, task: Task | None = None,
@@ -185,16 +213,18 @@ def finetune_stage(run, name: str = "finetune", init_from: str | None = None, ta
 
 # -- evaluation ------------------------------------------------------------------------------------- #
 def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: int, max_length: int, work: Path,
-                   splits: tuple[str, ...] | None = None, attn_implementation: str = "sdpa", bf16: bool = False
+                   splits: tuple[str, ...] | None = None, attn_implementation: str = "sdpa", bf16: bool = False,
+                   load: Callable[[Path, Head], Any] | None = None
                    ) -> tuple[dict[str, dict[str, float]], dict[str, list[dict]]]:
-    """Score a saved task model on a task's evaluation splits: (metrics, per-example predictions) per split."""
+    """Score a saved task model on a task's evaluation splits: (metrics, per-example predictions) per split.
+    ``load(model_dir, head)`` loads the model (default :func:`load_task_model`)."""
     from kinject.errors import KinjectError
     from kinject.models import load_tokenizer
     from kinject.training import predict
 
     tokenizer = load_tokenizer(str(model_dir))
     head = task.head(env)
-    model = load_task_model(model_dir, head, attn_implementation)
+    model = load(model_dir, head) if load else load_task_model(model_dir, head, attn_implementation)
     if model.config.num_labels != head.num_labels:
         raise KinjectError(f"{model_dir}: model has {model.config.num_labels} outputs, task {task.name!r} needs "
                            f"{head.num_labels}; fine-tune it on the task first")
@@ -235,12 +265,16 @@ class EvaluateConfig(StageConfig):
     bf16: bool = False
     batch_size: int = Field(64, json_schema_extra=NOT_KEYED)
 
+    def load_model(self, model_dir: Path, head: Head):
+        """The trained task model in ``model_dir`` (override for models ``from_pretrained`` cannot load alone)."""
+        return load_task_model(model_dir, head, self.attn_implementation)
+
 
 def evaluate_body(cfg: EvaluateConfig, ctx: StageContext) -> None:
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     metrics, records = evaluate_model(ctx.inputs[cfg.model_stage] / "model", task, env, cfg.batch_size,
                                       cfg.max_length, ctx.work, tuple(cfg.splits) if cfg.splits else None,
-                                      cfg.attn_implementation, cfg.bf16)
+                                      cfg.attn_implementation, cfg.bf16, cfg.load_model)
     train_stats = ctx.inputs[cfg.model_stage] / "train.json"
     if train_stats.exists():
         metrics["train"] = json.loads(train_stats.read_text())

@@ -19,17 +19,17 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from kinject.api import DataError, DataMissingError, Environment, SpecError
-from kinject.tasks.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.hpo_terms import hpo_data_dir, iter_terms
 from kinject.tasks.retrieval import RetrievalConfig, RetrievalTask, read_queries
 from kinject.tasks import prepare_medquad
 from kinject.api import FILE_PATH
 
-MEDQUAD = register_dataset(DatasetInfo(
+MEDQUAD = DatasetInfo(
     name="medquad", folder="medquad", splits={"all": "medquad.jsonl.gz"},
     description="MedQuAD consumer health QA pairs (16,407; 9 NIH sources) -> CAPR candidate sets",
     how_to_get="medquad.jsonl.gz (converted from github.com/abachaa/MedQuAD, see medquad/PROVENANCE.md) into "
-               "<data_dir>/medquad/", prepare=prepare_medquad.prepare, prepared_from="medquad/medquad.jsonl.gz"))
+               "<data_dir>/medquad/", prepare=prepare_medquad.prepare, prepared_from="medquad/medquad.jsonl.gz")
 
 Dataset = Literal["auto", "medquad", "hpo", "jsonl"]
 
@@ -100,6 +100,7 @@ class CaprTask(RetrievalTask):
 
     Config: ClassVar = CaprConfig
     dataset = "capr"
+    extra_datasets: ClassVar[tuple] = (MEDQUAD,)
     recommended: ClassVar[dict] = {"model": {"pooling": "mean"},
                                    "training": {"epochs": 2, "learning_rate": 1e-4, "head_learning_rate": 1e-2}}
     recommended_note: ClassVar[str] = (

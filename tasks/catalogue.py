@@ -1,7 +1,8 @@
 """The dataset catalogue: what kinject knows how to read, where it looks, how to get it.
 
-Task modules describe their datasets with :func:`register_dataset`; ``kinject data list|prepare|download``
-read the catalogue (after importing the task plugins). Third-party task packages register the same way.
+A task describes the dataset it reads as its ``info`` (and any other it can read as ``extra_datasets``); the
+catalogue is derived from the registered tasks, so a third-party task package's datasets appear in
+``kinject data list|prepare|download`` with nothing else to register.
 """
 
 from __future__ import annotations
@@ -33,25 +34,29 @@ class DatasetInfo:
     prepare_version: str = "1"  # bump when `prepare`'s output changes (a new cache folder)
 
 
-_CATALOGUE: dict[str, DatasetInfo] = {}
-
-
-def register_dataset(info: DatasetInfo) -> DatasetInfo:
-    _CATALOGUE[info.name] = info
-    return info
+def datasets_of(task_cls: type) -> list[DatasetInfo]:
+    """The datasets a task class reads: its ``info`` and its ``extra_datasets``."""
+    found = [getattr(task_cls, "info", None), *getattr(task_cls, "extra_datasets", ())]
+    return [info for info in found if isinstance(info, DatasetInfo)]
 
 
 def catalogue(errors: dict[str, str] | None = None) -> dict[str, DatasetInfo]:
-    """Every registered dataset (imports the task plugins first so they can register). A task plugin that
-    fails to import is recorded in ``errors`` (task name -> error text) when given."""
-    from kinject.api import registry
+    """Every dataset of every registered task (imports the task plugins). A task plugin that fails to import is
+    recorded in ``errors`` (task name -> error text) when given."""
+    from kinject.api import KinjectError, registry
 
     tasks = registry("tasks")
+    found: dict[str, DatasetInfo] = {}
     for name in tasks.names():
-        problem = tasks.check(name)
-        if problem and errors is not None:
-            errors[name] = problem
-    return dict(sorted(_CATALOGUE.items()))
+        try:
+            infos = datasets_of(tasks.get(name))
+        except KinjectError as exc:
+            if errors is not None:
+                errors[name] = str(exc)
+            continue
+        for info in infos:
+            found.setdefault(info.name, info)
+    return dict(sorted(found.items()))
 
 
 def prepared_cache(info: DatasetInfo, cache_dir: Path) -> Path:

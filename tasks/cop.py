@@ -13,17 +13,17 @@ from typing import ClassVar
 from pydantic import Field
 
 from kinject.api import DataError, DataMissingError, Environment, read_csv_columns
-from kinject.tasks.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_cop
 from kinject.api import FILE_PATH
 
-COP = register_dataset(DatasetInfo(
+COP = DatasetInfo(
     name="cop", folder="cop", splits={f"{t}/{s}": f"{t}/{s}.csv" for t in prepare_cop.LABEL_COLUMNS for s in ("train", "dev", "test")},
     description="MIMIC-III admission notes for clinical outcome prediction (mp, los, dia, pro)",
     how_to_get="credentialed MIMIC-III (physionet.org/content/mimiciii), then "
                "`kinject data prepare cop --mimic-dir DIR`",
-    prepare=prepare_cop.prepare, prepared_from="MIMIC-III NOTEEVENTS, ADMISSIONS, DIAGNOSES_ICD, PROCEDURES_ICD"))
+    prepare=prepare_cop.prepare, prepared_from="MIMIC-III NOTEEVENTS, ADMISSIONS, DIAGNOSES_ICD, PROCEDURES_ICD")
 _CODE = re.compile(r"^(\d{2,3}|V\d{2}|E\d{3})$")  # a 3-digit ICD-9 category (procedures may have 2)
 
 
@@ -48,6 +48,7 @@ class CopTask(SequenceClassificationTask):
     """Base of the COP tasks: admission note -> outcome; AUROC."""
 
     Config: ClassVar = CopConfig
+    info: ClassVar[DatasetInfo] = COP
     dataset = "cop"
     short: ClassVar[str] = ""  # mp | los | dia | pro
     published: ClassVar[str] = ""  # published file prefix

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from kinject.api import DataError, Environment
-from kinject.tasks.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.sequence import SequenceClassificationTask
 from kinject.tasks.token import CatalogueSplits, read_table
 
@@ -27,12 +27,12 @@ def read_gad(path: Path) -> list[dict]:
     return out
 
 
-GAD = register_dataset(DatasetInfo(
+GAD = DatasetInfo(
     name="gad", folder="gad", splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
     description="GAD gene-disease association sentences, BLURB split (4261/534/535 examples)",
     how_to_get="run BLURB's data preparation (https://microsoft.github.io/BLURB/) and put GAD's "
                "train/dev/test.tsv (header index<TAB>sentence<TAB>label) in <data_dir>/gad/",
-    count=lambda folder: {s: len(read_gad(Path(folder) / f)) for s, f in GAD.splits.items()}))
+    count=lambda folder: {s: len(read_gad(Path(folder) / f)) for s, f in GAD.splits.items()})
 
 
 class GADTask(CatalogueSplits, SequenceClassificationTask):

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kinject.api import DataError, Environment
-from kinject.tasks.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.sequence import SequenceClassificationTask, evaluate_all
 from kinject.tasks.token import CatalogueSplits, read_table
 
@@ -45,7 +45,7 @@ def read_hoc(path: Path) -> list[dict]:
     return out
 
 
-HOC = register_dataset(DatasetInfo(
+HOC = DatasetInfo(
     name="hoc", folder="hoc", splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
     description="Hallmarks of Cancer, BLURB split, sentence rows with abstract ids",
     how_to_get="kinject data download hoc (BLURB HoC files from github.com/hieunguyen7337/KeBioLM data/HoC)",
@@ -55,7 +55,7 @@ HOC = register_dataset(DatasetInfo(
                  "dev.tsv": "c0bae75eab5940db8afd3ac620d391661c826fa1428e38d258c9e730f4358b99",
                  "test.tsv": "2e9ffe24c756b126efa2d351a9572ebb671a3473658bc0766d02ec80b9129d48"},
     count=lambda folder: {s: len({r["group"] for r in read_hoc(Path(folder) / f)})
-                          for s, f in HOC.splits.items()}))
+                          for s, f in HOC.splits.items()})
 
 
 class HoCTask(CatalogueSplits, SequenceClassificationTask):

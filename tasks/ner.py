@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from kinject.tasks.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.token import CatalogueSplits, TokenClassificationTask, read_conll
 
 CRICHTON = ("https://raw.githubusercontent.com/cambridgeltl/MTL-Bioinformatics-2016/"
@@ -37,7 +37,7 @@ def _register(name: str, folder: str, corpus: str, base: str, dev: str, hashes: 
         url=base.format(corpus=corpus),
         file_sha256=dict(zip(splits.values(), hashes)))
     info.count = lambda path, _info=info: count_sentences(path, _info)
-    return register_dataset(info)
+    return info
 
 
 BC5CHEM = _register("bc5chem", "bc5cdr_chem", "BC5CDR-chem-IOB", CRICHTON, "devel.tsv", (

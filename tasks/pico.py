@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from kinject.api import DataError, DataMissingError, Environment, iter_lines
-from kinject.tasks.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.sequence import evaluate_all, unit_ids
 from kinject.tasks.token import CatalogueSplits, TokenClassificationTask, TokenTaskConfig, encode
 
@@ -31,13 +31,13 @@ ELEMENTS = {"PAR": "participants", "INT": "interventions", "OUT": "outcomes"}
 ANN = "annotations/aggregated/starting_spans"
 SPLIT_DIRS = {"train": "train", "dev": "train", "test": "test/gold"}
 
-EBMNLP = register_dataset(DatasetInfo(
+EBMNLP = DatasetInfo(
     name="ebmpico", folder="ebm_nlp_2_00",
     splits={split: f"{ANN}/participants/{sub}" for split, sub in SPLIT_DIRS.items()},
     description="EBM-NLP 2.0 PICO spans (4,993 abstracts; test = expert 'gold' annotations)",
     how_to_get="kinject data download ebmpico (or unpack ebm_nlp_2_00.tar.gz from github.com/bepnye/EBM-NLP "
                "into <data_dir>/)",
-    url="https://github.com/bepnye/EBM-NLP/raw/master/ebm_nlp_2_00.tar.gz"))
+    url="https://github.com/bepnye/EBM-NLP/raw/master/ebm_nlp_2_00.tar.gz")
 
 
 def read_ann(path: Path) -> list[bool]:

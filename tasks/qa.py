@@ -10,21 +10,21 @@ from typing import ClassVar
 from pydantic import Field
 
 from kinject.api import DataError, Environment, read_tsv
-from kinject.tasks.catalogue import DatasetInfo, register_dataset, split_file
+from kinject.tasks.catalogue import DatasetInfo, split_file
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_pubmedqa
 
-PUBMEDQA = register_dataset(DatasetInfo(
+PUBMEDQA = DatasetInfo(
     name="pubmedqa", folder="pubmedqa", splits={"train": "ori_pqal.json", "dev": "ori_pqal.json",
                                                 "test": "test_ground_truth.json"},
     description="PubMedQA PQA-L yes/no/maybe (reasoning-required): 450/50 seeded train/dev, official 500 test",
     how_to_get="data/ori_pqal.json and data/test_ground_truth.json from github.com/pubmedqa/pubmedqa into "
                "<data_dir>/pubmedqa/", prepare=prepare_pubmedqa.prepare,
-    prepared_from="pubmedqa/ori_pqal.json + test_ground_truth.json"))
-BIOASQ = register_dataset(DatasetInfo(
+    prepared_from="pubmedqa/ori_pqal.json + test_ground_truth.json")
+BIOASQ = DatasetInfo(
     name="bioasq", folder="bioasq_yesno", splits={s: f"{s}.tsv" for s in ("train", "dev", "test")},
     description="BioASQ 7b yes/no questions (BLURB files: id, question, context, label)",
-    how_to_get="BLURB's BioASQ train/dev/test.tsv into <data_dir>/bioasq_yesno/"))
+    how_to_get="BLURB's BioASQ train/dev/test.tsv into <data_dir>/bioasq_yesno/")
 
 
 class QATask(SequenceClassificationTask):
@@ -65,6 +65,7 @@ class PubMedQATask(QATask):
     """PubMedQA yes/no/maybe (BLURB): question + abstract without its conclusion; accuracy, macro F1."""
 
     Config: ClassVar = PubMedQAConfig
+    info: ClassVar[DatasetInfo] = PUBMEDQA
     dataset = "pubmedqa"
     label_set = prepare_pubmedqa.LABELS
 
@@ -87,6 +88,7 @@ class BioASQTask(QATask):
     """BioASQ 7b yes/no (BLURB): question + gold snippets; accuracy, macro F1."""
 
     Config: ClassVar = SequenceTaskConfig
+    info: ClassVar[DatasetInfo] = BIOASQ
     dataset = "bioasq_yesno"
     label_set = ("yes", "no")
 

@@ -15,7 +15,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from kinject.api import DataError, Environment, FILE_PATH, read_jsonl, text_field
-from kinject.tasks.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_chemprot, prepare_ddi
 from kinject.tasks.prepare_util import ensure_prepared, render
@@ -38,10 +38,10 @@ def _count(folder: Path) -> dict[str, int]:
 
 
 def _relation_dataset(name: str, module, description: str, how_to_get: str, prepared_from: str) -> DatasetInfo:
-    return register_dataset(DatasetInfo(
+    return DatasetInfo(
         name=name, folder=name, splits={s: f"prepared/{s}.jsonl" for s in ("train", "dev", "test")},
         description=description, how_to_get=how_to_get, prepare=module.prepare, prepared_from=prepared_from,
-        count=_count, raw_files=module.raw_files, prepared_on_use=True, prepare_version="1"))
+        count=_count, raw_files=module.raw_files, prepared_on_use=True, prepare_version="1")
 
 
 CHEMPROT = _relation_dataset(

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from kinject.api import DataError
-from kinject.tasks.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.sequence import SequenceClassificationTask
 from kinject.tasks.token import CatalogueSplits, read_table
 
@@ -31,12 +31,12 @@ def read_biosses(path: Path) -> list[dict]:
     return out
 
 
-BIOSSES = register_dataset(DatasetInfo(
+BIOSSES = DatasetInfo(
     name="biosses", folder="biosses", splits={"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"},
     description="BIOSSES sentence pairs with similarity 0-4, BLURB/Peng et al. split (64/16/20)",
     how_to_get="run BLURB's data preparation (https://microsoft.github.io/BLURB/) and put BIOSSES "
                "train/dev/test.tsv (header pair_id<TAB>sent1<TAB>sent2<TAB>score) in <data_dir>/biosses/",
-    count=lambda folder: {s: len(read_biosses(Path(folder) / f)) for s, f in BIOSSES.splits.items()}))
+    count=lambda folder: {s: len(read_biosses(Path(folder) / f)) for s, f in BIOSSES.splits.items()})
 
 
 class BIOSSESTask(CatalogueSplits, SequenceClassificationTask):

@@ -276,12 +276,16 @@ def test_broken_command_plugin_says_why(monkeypatch, capsys):
     from importlib.metadata import EntryPoint
 
     import kinject.cli.main as cli
+    import kinject.registry as registry_module
 
     broken = EntryPoint(name="brokencmd", value="kinject_no_such_module:app", group="kinject.commands")
-    real = cli.entry_points
-    monkeypatch.setattr(cli, "entry_points", lambda group: [*real(group=group), broken])
+    real = registry_module.entry_points
+    monkeypatch.setattr(registry_module, "entry_points",
+                        lambda group: [*real(group=group), *([broken] if group == "kinject.commands" else [])])
+    registry_module.registry("commands").refresh()
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["brokencmd", "anything"])
+    registry_module.registry("commands").refresh()
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "brokencmd" in err and "failed to import" in err and "kinject_no_such_module" in err

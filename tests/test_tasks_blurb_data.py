@@ -10,7 +10,7 @@ import pytest
 
 from helpers import run_kinject as kinject
 from kinject.cli.main import main
-from kinject.tasks.catalogue import DatasetInfo, register_dataset
+from kinject.tasks.catalogue import DatasetInfo
 
 
 def test_list_shows_present_with_sizes_and_missing(tmp_path, capsys, monkeypatch):
@@ -35,6 +35,15 @@ def _prepare(data_dir: Path, out: Path, scale: str = "1", fail: bool = False) ->
         raise ValueError("converter failed half-way")
     (out / "test.jsonl").write_text("{}\n")
     return {"train": rows}
+
+
+def register_dataset(info: DatasetInfo) -> None:
+    """A dataset reaches the catalogue as a registered task's ``info``, as a third party's would."""
+    from kinject.api import registry
+    from kinject.tasks.textcls import TextClassificationTask
+
+    registry("tasks").register(f"task-of-{info.name}", type(f"Task_{info.name}", (TextClassificationTask,),
+                                                            {"info": info, "__doc__": "A toy task."}))
 
 
 register_dataset(DatasetInfo(name="toyprep", folder="toy", splits={"train": "prepared/train.jsonl",

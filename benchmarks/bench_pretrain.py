@@ -63,8 +63,9 @@ def run_kinject(texts: list[str], args, work: Path, sparse: bool = True) -> dict
     from transformers import AutoModelForMaskedLM
 
     from kinject.models import load_tokenizer, minilm_path
-    from kinject.plugins.pretrain.masking import WholeWordMaskCollator, pack_to_arrow
-    from kinject.plugins.pretrain.mlm import train_mlm
+    from kinject.plugins.knowledge.masked_lm import train_mlm
+    from kinject.plugins.knowledge.masking import WholeWordMaskCollator
+    from kinject.plugins.knowledge.packing import pack_to_arrow
 
     tok = load_tokenizer(str(minilm_path()))
     start = time.perf_counter()
@@ -152,7 +153,8 @@ def write_synthetic(path: Path, megabytes: int) -> int:
 def corpus_child(path: str, work: str) -> None:
     """Run the pretrain-corpus stage body on one file; print peak RSS and time as JSON."""
     from kinject.interfaces import Environment, StageContext
-    from kinject.plugins.pretrain.stages import CorpusStageConfig, corpus_body
+    from kinject.plugins.pretrain.corpus import corpus_body
+    from kinject.plugins.pretrain.stages import CorpusStageConfig
     from kinject.refs import SourceRef
     from kinject.plugins.knowledge.sources.corpus import CorpusSource
 

@@ -36,19 +36,21 @@ def main() -> None:
     from kinject.models import load_tokenizer
     from kinject.plugins.kimera.importance import normalize_importance, score_heads
     from kinject.plugins.kimera.masks import load_mask
-    from kinject.plugins.kimera.strategy import _task_model, scoring_set
+    from kinject.plugins.kimera.scoring import scoring_set
+    from kinject.stages import load_task_model
     from kinject.spec import apply_overrides, build_spec
 
     spec = build_spec(apply_overrides({"task": {"name": "capr"}, "strategy": {"name": "kimera"}}, args.overrides))
     run = prepare(spec)
     retrained = load_mask(args.mask, "hard") < 0.5
     head = run.task.head(run.env)
+    scoring = next(s.config.scoring for s in run.stages if s.name.startswith("kimera-mask-"))
     table = {}
     for item in args.model:
         name, _, path = item.partition("=")
         tokenizer = load_tokenizer(path)
-        model = _task_model(path, head, run.spec.model.attn_implementation)
-        _, _, _, batches = scoring_set(run, run.strategy.config, tokenizer)
+        model = load_task_model(path, head, run.spec.model.attn_implementation)
+        batches = scoring_set(scoring, run.task, run.env, tokenizer).batches
         importance = normalize_importance(score_heads(model, batches, head.problem_type)[0])
         table[name] = {"retrained": float(importance[retrained].mean()), "frozen": float(importance[~retrained].mean())}
         print(f"{name}: retrained heads {table[name]['retrained']:.3f}, frozen heads {table[name]['frozen']:.3f}",

@@ -63,6 +63,25 @@ def test_teacher_and_cp_only_student_are_built_with_the_runs_model_settings(tmp_
     assert student.model.layers == 1 and student.model.pooling == "mean" and student.beta == 0.2
 
 
+def test_calibrated_stages_run_the_shared_fine_tune_body_and_training_keys_hold_no_report_code(tmp_path, textcls_dir,
+                                                                                                word_teacher):
+    from kinject.api import FinetuneConfig, finetune_body
+    from kinject.engine import plan
+
+    for variant, finetuned, others in (("cp-only", ("doktra-teacher", "doktra-cp"), ()),
+                                       ("doktra", ("doktra-teacher",), ("doktra-teacher-outputs", "doktra-distill"))):
+        run = prepared(spec(tmp_path, textcls_dir, word_teacher, variant=variant))
+        assert run.resolved.ref.path == str(word_teacher.resolve()) and run.resolved.as_given is False
+        assert not hasattr(run.strategy, "_teacher")  # what validate resolved is handed over as run.resolved
+        stages = {s.name: s for s in run.stages}
+        for name in finetuned:
+            assert stages[name].body is finetune_body and isinstance(stages[name].config, FinetuneConfig)
+        code = {p.stage.name: set(p.record["code"]) for p in plan(run)}
+        for name in (*finetuned, *others, "finetune"):  # no report, plot, evidence or CLI code in a training key
+            assert not {m for m in code[name] if m.endswith(".report") or ".evidence" in m or ".cli" in m}, name
+        assert "kinject.plugins.doktra.report" in code["doktra-report"]
+
+
 def test_variants_share_the_teacher_and_the_student_baseline_and_finetune_keys(tmp_path, textcls_dir, word_teacher):
     from kinject.engine import plan
     from kinject.plugins.finetune.strategy import FinetuneStrategy

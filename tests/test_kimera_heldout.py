@@ -13,7 +13,7 @@ import torch
 from kinject.errors import DataError
 from kinject.interfaces import Environment
 from kinject.plugins.kimera.heldout import build_retraining_data, score_heldout, split_source
-from kinject.plugins.kimera.retrain import KG_TASKS, KGMultiTaskModel
+from kinject.plugins.kimera.multitask import KG_TASKS, KGMultiTaskModel
 from kinject.plugins.knowledge.sources.triples import TriplesSource
 
 from test_kimera_controls import ENTITIES, KG_ROWS, RELATIONS, prepared, stage_dirs

@@ -9,7 +9,8 @@ import torch
 
 from kinject.errors import DataError
 from kinject.plugins.kimera.gating import HeadGates, head_layout, head_slices
-from kinject.plugins.kimera.masks import HeadUpdateScaler, load_mask, prune_by_mask, save_masks
+from kinject.plugins.kimera.masks import HeadUpdateScaler, load_mask, save_masks
+from kinject.plugins.kimera.pruning import prune_by_mask
 
 from test_kimera_gating import inputs, tiny_bert
 

@@ -9,8 +9,8 @@ import torch
 
 from kinject.interfaces import Environment
 from kinject.plugins.kimera.gating import head_layout, head_slices
-from kinject.plugins.kimera.retrain import (KG_TASKS, KGBatchDataset, KGMultiTaskModel, MultiTaskBatchSampler,
-                                            TaskCollator, pretrained_mlm_head, retrain)
+from kinject.plugins.kimera.multitask import KG_TASKS, KGMultiTaskModel, pretrained_mlm_head
+from kinject.plugins.kimera.retrain import KGBatchDataset, MultiTaskBatchSampler, TaskCollator, retrain
 from kinject.spec import TrainingSpec
 
 ENTITIES = ["disease", "gene", "protein", "cell", "drug", "cancer", "chemical", "treatment", "dose", "patients"]

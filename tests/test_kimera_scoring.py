@@ -59,8 +59,8 @@ def test_mask_stage_records_intervals_and_warns_loudly_without_redundant_heads(
     from kinject.engine import prepare
     from kinject.interfaces import Head, StageContext
     from kinject.models import load_tokenizer
-    from kinject.plugins.kimera import importance
-    from kinject.plugins.kimera.stages import mask_body
+    from kinject.plugins.kimera import search
+    from kinject.plugins.kimera.search import mask_body
     from kinject.spec import build_spec
     from kinject.stages import build_task_model, save_model
 
@@ -75,7 +75,7 @@ def test_mask_stage_records_intervals_and_warns_loudly_without_redundant_heads(
     stage = next(s for s in run.stages if s.name == "kimera-mask-hard")
     assert stage.config.scoring.examples == 2000 and stage.config.scoring.importance_examples == 1000  # defaults
 
-    real = importance.search_mask
+    real = search.search_mask
 
     def masking_always_hurts(model, batches, problem_type, metric, *args, **kwargs):
         calls = []
@@ -85,7 +85,7 @@ def test_mask_stage_records_intervals_and_warns_loudly_without_redundant_heads(
             return metric(logits) - (0.0 if len(calls) == 1 else 1.0)
         return real(model, batches, problem_type, worse, *args, **kwargs)
 
-    monkeypatch.setattr(importance, "search_mask", masking_always_hurts)
+    monkeypatch.setattr(search, "search_mask", masking_always_hurts)
     out = tmp_path / "out"
     out.mkdir()
     ctx = StageContext(name=stage.name, key="k", out=out, work=tmp_path / "work", inputs={},

@@ -83,6 +83,34 @@ def test_sampling_and_scoring_cap_reach_their_stages(tmp_path, textcls_dir, tiny
         config(task_sampling="random")
 
 
+def test_validate_resolves_the_kg_and_stages_name_their_inputs_in_their_configs(tmp_path, textcls_dir, tiny_model):
+    from kinject.engine import plan, prepare
+    from kinject.spec import build_spec
+
+    spec = build_spec({"model": {"name": "tiny", "max_length": 32},
+                       "task": {"name": "textcls", "path": str(textcls_dir)},
+                       "strategy": {"name": "kimera", "variant": "random", "kg_max_triples": 50},
+                       "cache_dir": str(tmp_path / "cache"), "data_dir": str(tmp_path)})
+    run = prepare(spec)  # no source: the embedded HPO sample, resolved once by validate
+    stages = {s.name: s for s in run.stages}
+    assert run.resolved.source.name == "hpo" and run.resolved.masks is None
+    assert stages["kimera-retrain"].config.source == run.resolved.source
+    assert stages["kimera-mask-hard"].config.model_stage == "finetune"
+    assert stages["kimera-mask-random"].config.mask_stage == "kimera-mask-hard"
+    assert stages["kimera-retrain"].config.mask_stage == stages["kimera-analysis"].config.mask_stage == \
+        "kimera-mask-random"
+    assert stages["kimera-analysis"].config.model_stage == "kimera-finetune"
+    for stage in run.stages:  # every stage a config names is an input of its stage
+        named = {getattr(stage.config, f, None) for f in ("model_stage", "mask_stage")} - {None}
+        assert named <= set(stage.inputs), stage.name
+    # the retraining and the random draw are keyed by what computes them: no statistics, plots or planning
+    code = {p.stage.name: p.record["code"] for p in plan(run)}
+    for name in ("kimera-retrain", "kimera-mask-random"):
+        assert not [m for m in code[name] if any(t in m for t in ("plugins.evidence", "kimera.report", "kimera.search",
+                                                                    "kimera.plan", "kimera.strategy", "matplotlib"))]
+    assert "kinject.plugins.evidence.compare" in code["kimera-mask-hard"]  # its per-round bootstrap interval
+
+
 def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):
     from kinject.engine import plan
     from kinject.plugins.finetune.strategy import FinetuneStrategy

@@ -167,7 +167,8 @@ def test_fusion_only_training_freezes_base_and_adapters(tiny_model, adapter_dirs
 def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenizer, tmp_path, entity_head):
     from kinject.plugins.knowledge.kg.batching import KGCollator
     from kinject.models import load_encoder
-    from kinject.plugins.mop.knowledge import EntityPredictor, adapter_encoder, base_digest, name_embeddings
+    from kinject.plugins.mop.entity_prediction import EntityPredictor, name_embeddings
+    from kinject.plugins.mop.part_adapters import adapter_encoder, base_digest
     from kinject.spec import TrainingSpec
     from kinject.training import train
 
@@ -200,7 +201,7 @@ def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenize
 
 def test_name_embeddings_are_mean_pooled_per_name_whatever_the_batch(tiny_model, tokenizer):
     from kinject.models import load_encoder
-    from kinject.plugins.mop.knowledge import name_embeddings
+    from kinject.plugins.mop.entity_prediction import name_embeddings
 
     encoder = load_encoder(tiny_model)
     names = ["a much longer entity name with many words", "gene", "tumor cell line", "x"]
@@ -247,7 +248,8 @@ def test_adapter_training_resumes_from_its_checkpoint(tiny_model, tokenizer, tmp
 
     from kinject.plugins.knowledge.kg.batching import KGCollator
     from kinject.models import load_encoder
-    from kinject.plugins.mop.knowledge import EntityPredictor, adapter_encoder
+    from kinject.plugins.mop.entity_prediction import EntityPredictor
+    from kinject.plugins.mop.part_adapters import adapter_encoder
     from kinject.spec import TrainingSpec
     from kinject.training import train
 

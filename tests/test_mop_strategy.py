@@ -224,7 +224,7 @@ def test_part_rows_are_labelled_with_their_own_tail_and_head(tmp_path, kg_file, 
     from kinject.interfaces import Environment
     from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
     from kinject.models import load_tokenizer
-    from kinject.plugins.mop.knowledge import head_features, part_classes, tail_features
+    from kinject.plugins.mop.entity_prediction import head_features, part_classes, tail_features
     from kinject.plugins.knowledge.sources.triples import TriplesSource
 
     tokenizer = load_tokenizer(tiny_model)
@@ -244,16 +244,21 @@ def test_part_rows_are_labelled_with_their_own_tail_and_head(tmp_path, kg_file, 
 
 
 def test_each_stage_is_keyed_by_its_own_code_only(tmp_path, textcls_dir, kg_file):
-    """Editing the analysis or the mixture must not retrain the K adapters (their keys hold their own code)."""
+    """Editing the analysis or the mixture must not retrain the K adapters (their keys hold their own code), and the
+    fused fine-tune and its evaluation are the kernel's bodies keyed by the fusion code only."""
     from kinject.engine import plan
 
-    code = {p.stage.name: set(p.record["code"]) for p in plan(prepared(tmp_path, textcls_dir, kg_file))}
+    record = {p.stage.name: p.record for p in plan(prepared(tmp_path, textcls_dir, kg_file))}
+    code = {name: set(r["code"]) for name, r in record.items()}
     mop = "kinject.plugins.mop."
-    assert {mop + "knowledge", mop + "stages"} <= code["mop-adapter-0"]
-    assert not {mop + "fusion", mop + "scoring", mop + "analysis", mop + "strategy"} & code["mop-adapter-0"]
-    assert code["mop-partition"] == code["mop-adapter-0"]
-    assert mop + "fusion" in code["mop-finetune"] and mop + "scoring" not in code["mop-finetune"]
-    assert {mop + "scoring", mop + "analysis"} <= code["mop-analysis"]
+    ours = {name: {m.removeprefix(mop) for m in modules if m.startswith(mop)} for name, modules in code.items()}
+    assert ours["mop-partition"] == {"partition", "stages"}
+    assert ours["mop-adapter-0"] == {"entity_prediction", "part_adapters", "partition", "stages"}
+    assert ours["mop-finetune"] == ours["mop-evaluate"] == {"fusion", "part_adapters"}  # no KG code either
+    assert ours["mop-analysis"] == {"report", "fusion", "part_adapters", "stages"}
+    assert not any(m.startswith("kinject.plugins.knowledge") for m in code["mop-finetune"])
+    assert record["mop-finetune"]["body"] == "kinject.stages.finetune_body"  # the one fine-tune body
+    assert record["mop-evaluate"]["body"] == "kinject.stages.evaluate_body"
 
 
 def test_zero_adapter_steps_leaves_the_adapters_untrained(tmp_path, textcls_dir, kg_file, caplog):
@@ -284,7 +289,7 @@ def test_zero_adapter_steps_leaves_the_adapters_untrained(tmp_path, textcls_dir,
 def test_name_head_ranks_the_entity_whose_name_the_query_matches_before_any_training():
     import torch
 
-    from kinject.plugins.mop.knowledge import NameScoringHead
+    from kinject.plugins.mop.entity_prediction import NameScoringHead
 
     names = torch.randn(5, 16)
     head = NameScoringHead(names)
@@ -297,7 +302,7 @@ def test_name_head_ranks_the_entity_whose_name_the_query_matches_before_any_trai
 
 
 def test_an_adapter_at_the_tail_prior_on_its_own_training_rows_is_flagged(caplog):
-    from kinject.plugins.mop.knowledge import check_learning
+    from kinject.plugins.mop.entity_prediction import check_learning
 
     prior = {"accuracy@1": 0.02, "accuracy@10": 0.10}
     at_prior, stored = {"accuracy@1": 0.02, "accuracy@10": 0.10, "distinct_top1": 1}, {"accuracy@1": 0.13,
@@ -313,7 +318,7 @@ def test_an_adapter_at_the_tail_prior_on_its_own_training_rows_is_flagged(caplog
 
 
 def test_prior_accuracy_is_what_answering_the_most_frequent_training_tail_scores():
-    from kinject.plugins.mop.knowledge import prior_accuracy
+    from kinject.plugins.mop.entity_prediction import prior_accuracy
 
     train = [3, 3, 3, 1, 1, 0]  # frequency order 3, 1, 0, then the unseen 2
     assert prior_accuracy(train, [3, 3, 1, 2], ks=(1, 2, 3, 4)) == {  # 2 never trained: ranked after the seen

@@ -1,4 +1,5 @@
-"""Pretraining data: packing (order, separators, word ids, useful tokens) and whole-word masking statistics."""
+"""Pretraining data (the knowledge library's MLM building blocks): packing (order, separators, word ids, useful
+tokens), whole-word masking statistics, sparse prediction."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import random
 import pytest
 import torch
 
-from kinject.plugins.pretrain.masking import SEP_WORD, Packer, WholeWordMaskCollator, pack_to_arrow
+from kinject.plugins.knowledge.masking import WholeWordMaskCollator
+from kinject.plugins.knowledge.packing import SEP_WORD, Packer, pack_to_arrow
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +117,7 @@ def test_a_batch_always_has_a_target(tokenizer):
 def test_sparse_prediction_gives_the_full_forward_loss_and_gradients(tokenizer, tiny_model):
     from transformers import AutoModelForMaskedLM
 
-    from kinject.plugins.pretrain.mlm import sparse_prediction
+    from kinject.plugins.knowledge.masked_lm import sparse_prediction
 
     batch = WholeWordMaskCollator(tokenizer, generator=torch.Generator().manual_seed(0))(_batch(tokenizer, 60)[:6])
     model = AutoModelForMaskedLM.from_pretrained(tiny_model).eval()

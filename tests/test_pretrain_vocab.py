@@ -7,8 +7,9 @@ import csv
 import pytest
 
 from helpers import run_kinject as kinject
-from kinject.plugins.pretrain.vocab import (TABLE1_TERMS, corpus_stats, corpus_words, term_rows, train_wordpiece,
-                                            transfer_embeddings)
+from kinject.plugins.knowledge.masked_lm import transfer_embeddings
+from kinject.plugins.pretrain.comparison import TABLE1_TERMS, corpus_stats, corpus_words, term_rows
+from kinject.plugins.pretrain.vocab import train_wordpiece
 
 TEXTS = ["Lymphoma patients received lidocaine and naloxone; acetyltransferase activity increased.",
          "Naloxone reversed the opioid effect in lymphoma and leukemia patients.",

@@ -70,21 +70,26 @@ def stilt_runs(tmp_path_factory, cache_dir, tiny_model):
 
 
 def test_config_accepts_names_and_mappings_and_names_bad_fields(tmp_path, tiny_model):
-    from kinject.engine import resolve_components
+    from kinject.engine import prepare
     from kinject.spec import build_spec
 
     folder = write_textcls(tmp_path / "d", n_train=4, n_eval=2)
 
     def strategy(intermediate, **extra):
-        data = {"task": {"name": "textcls", "path": str(folder)},
-                "strategy": {"name": "stilt", "intermediate": intermediate, **extra}}
-        return resolve_components(build_spec(data))[1]
+        data = {"task": {"name": "textcls", "path": str(folder)}, "model": {"name": "tiny"},
+                "strategy": {"name": "stilt", "intermediate": intermediate, **extra},
+                "cache_dir": str(tmp_path / "cache")}
+        return prepare(build_spec(data))  # the intermediate tasks are resolved and checked before any stage
 
-    chained = strategy("textcls, textcls")
-    assert [t.name for t in chained.intermediate_tasks] == ["textcls", "textcls"]
+    chained = strategy([{"name": "textcls", "path": str(folder)}] * 2)
+    assert [t.name for t in chained.resolved] == ["textcls", "textcls"]
     one = strategy([{"name": "textcls", "path": str(folder), "training": {"epochs": 1}}])
-    assert str(one.intermediate_tasks[0].config.path) == str(folder)
-    assert one.config.intermediate[0].training.epochs == 1
+    assert str(one.resolved[0].config.path) == str(folder)
+    assert one.strategy.config.intermediate[0].training.epochs == 1
+    from kinject.plugins.stilt.config import StiltConfig
+
+    assert [i.name for i in StiltConfig.model_validate({"intermediate": "textcls, ner"}).intermediate] == \
+        ["textcls", "ner"]  # names, comma-separated
     with pytest.raises(UnknownNameError, match=r"strategy\.intermediate\.1\.name: .*Did you mean 'textcls'"):
         strategy(["textcls", "textcl"])
     with pytest.raises(SpecError, match=r"strategy\.intermediate\.0\.pth: unknown field"):

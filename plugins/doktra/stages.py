@@ -1,25 +1,31 @@
-"""DoKTra's declared stages: the configs (what each key holds). The module-level bodies live beside the code
-they run (teacher.py, distill.py, report.py), so a stage's code fingerprint holds only the modules it uses:
+"""DoKTra's stage configs (what each key holds). The bodies live beside the code they run - :mod:`.teacher`
+(import, cached outputs), :mod:`.distill` (distillation + refinement), :mod:`.report` - and the calibrated
+fine-tunes run the kernel's shared fine-tune body, so a stage's code fingerprint holds only the modules it uses:
 editing the report does not re-train the teacher."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from kinject.api import ModelRef, NOT_KEYED, StageConfig, TaskRef, TrainingSpec
+from kinject.api import NOT_KEYED, FinetuneConfig, Head, ModelRef, StageConfig, TaskRef, TrainingSpec
 
 
-# -- teacher ----------------------------------------------------------------------------------------- #
-class CalibratedConfig(StageConfig):
-    """Fine-tune ``model`` on the task with L = CE - beta H(p): CTT for a teacher, cp-only for a student."""
+# -- calibrated fine-tuning (CTT, cp-only) and the given teacher ------------------------------------- #
+class CalibratedConfig(FinetuneConfig):
+    """Fine-tune ``model`` on the task (the shared fine-tune body) with L = mean(CE - beta H(p)): CTT for a teacher,
+    cp-only for a student; ``beta`` is written to train.json."""
 
-    model: ModelRef
-    task: TaskRef
-    training: TrainingSpec
-    seed: int
     beta: float
+
+    def trainer_class(self, head: Head):
+        from .trainers import calibrated_trainer
+
+        return calibrated_trainer(self.beta, head.problem_type)
+
+    def extra_stats(self) -> dict[str, Any]:
+        return {"beta": self.beta}
 
 
 class ImportConfig(StageConfig):
@@ -52,7 +58,7 @@ class DistillConfig(StageConfig):
     seed: int
     max_length: int
     attn_implementation: str = "sdpa"
-    student_stage: str = "finetune"
+    student_stage: str  # the fine-tuned student (its model/ is where distillation starts)
     teacher_stage: str | None = Field(None, description="Teacher model stage, run on every batch (no cache).")
     outputs_stage: str | None = Field(None, description="Stage with the teacher's cached outputs.")
     beta: float
@@ -76,7 +82,7 @@ class ReportConfig(StageConfig):
     variant: str
     metric: str
     bins: int
-    final: str = "doktra-evaluate"
-    baseline: str = "evaluate"
-    teacher: str | None = "doktra-teacher-evaluate"
-    distill: str | None = "doktra-distill"
+    final: str  # the evaluation of the variant's student
+    baseline: str  # the evaluation of the fine-tuned student
+    teacher: str | None = None  # the teacher's evaluation (None: the run has no teacher)
+    distill: str | None = None  # the distillation stage, for L_AT (None: cp-only)

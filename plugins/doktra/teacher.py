@@ -1,6 +1,6 @@
-"""The teacher: resolved through the `model` knowledge source, checked before any stage, trained with CTT (or -
-when it is already a fine-tuned sequence classifier - taken with its head put in the task's label order), and
-its frozen outputs cached once per example (stage bodies at the end)."""
+"""The teacher: its reference and checks (run before any stage, from :mod:`.plan`), a given fine-tuned teacher
+taken with its head put in the task's label order, and its frozen outputs cached once per example (the stage
+bodies at the end; CTT is the shared fine-tune body with :class:`.stages.CalibratedConfig`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from kinject.api import Head, KinjectError, ModelRef, SpecError, StageContext, is_main_process
 
 from .features import featurize_one_to_one, model_outputs
-from .stages import CalibratedConfig, ImportConfig, TeacherOutputsConfig
+from .stages import ImportConfig, TeacherOutputsConfig
 
 
 def classifier_labels(config: Any) -> list[str] | None:
@@ -93,23 +93,6 @@ def align_labels(model, head: Head) -> list[int]:
 
 
 # -- stage bodies ------------------------------------------------------------------------------------ #
-def calibrated_body(cfg: CalibratedConfig, ctx: StageContext) -> None:
-    from kinject.api import build_task_model, save_model, train
-
-    from .trainers import calibrated_trainer
-
-    task, env = cfg.task.build(), cfg.task.environment(ctx)
-    head, tokenizer = task.head(env), cfg.model.load_tokenizer()
-    model = build_task_model(cfg.model.path, head, cfg.model.attn_implementation, cfg.seed, cfg.model.revision,
-                             cfg.model.layers, cfg.model.pooling)
-    features = task.featurize(tokenizer, task.examples(task.train_split, env), cfg.model.max_length, env)
-    stats = train(model, features, task.collator(tokenizer), cfg.training, ctx.work, cfg.seed, stage=ctx.name,
-                  resume=ctx.resume, trainer_cls=calibrated_trainer(cfg.beta, head.problem_type))
-    if is_main_process():
-        save_model(model, tokenizer, ctx.out / "model")
-        (ctx.out / "train.json").write_text(json.dumps({**stats, "beta": cfg.beta}, indent=2))
-
-
 def import_body(cfg: ImportConfig, ctx: StageContext) -> None:
     from kinject.api import save_model
 
@@ -131,7 +114,8 @@ def teacher_outputs_body(cfg: TeacherOutputsConfig, ctx: StageContext) -> None:
 
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     directory = ctx.inputs[cfg.teacher_stage] / "model"
-    tokenizer, model = load_tokenizer(str(directory)), load_task_model(directory, task.head(env), cfg.attn_implementation)
+    tokenizer = load_tokenizer(str(directory))
+    model = load_task_model(directory, task.head(env), cfg.attn_implementation)
     arrays, info = {}, {}
     for part, examples in (("train", task.examples(task.train_split, env)),
                            ("analysis", task.examples(cfg.analysis_split, env)[:cfg.analysis_examples])):

@@ -299,13 +299,38 @@ SCORERS: dict[str, type[Scorer]] = {
 }
 
 
+class EvaluatorScorer(Scorer):
+    """Any other evaluator (a third party's): the evaluator itself recomputes the metric from the records' ``gold``
+    and ``pred`` on every (re)sample - exact, but a call per resample instead of a sum of rows."""
+
+    def fit(self, record_sets):
+        from kinject.api import MetricRef
+
+        self.evaluator = MetricRef(name=self.metric.evaluator, options=self.metric.options).build()
+        self.sets: list[list[dict]] = []
+        return self
+
+    def stats(self, records):
+        """One column: which record (set number x 2**20 + position) a row stands for."""
+        self.sets.append(records)
+        base = (len(self.sets) - 1) * 2**20
+        return np.arange(base, base + len(records), dtype=float).reshape(-1, 1)
+
+    def value(self, x):
+        ids = x[0].astype(np.int64)
+        out = np.empty(ids.shape[:-1])
+        labels = list(self.metric.labels) or None
+        for where in np.ndindex(out.shape):
+            rows = [self.sets[i >> 20][i & (2**20 - 1)] for i in ids[where].tolist()]
+            scores = self.evaluator.compute([r["gold"] for r in rows], [r["pred"] for r in rows], labels=labels)
+            out[where] = scores[self.metric.key]
+        return out
+
+
 def scorer_for(metric: MetricDef, record_sets: Sequence[list[dict]]) -> Scorer:
-    """The scorer of ``metric``, fitted on every record set that will be compared."""
-    cls = SCORERS.get(metric.evaluator)
-    if cls is None:
-        raise KinjectError(f"metric {metric.key!r} (evaluator {metric.evaluator!r}) cannot be recomputed from "
-                           "predictions")
-    return cls(metric).fit(record_sets)
+    """The scorer of ``metric``, fitted on every record set that will be compared: a sufficient-statistics scorer
+    for the built-in evaluators (fast resampling), else the evaluator itself (:class:`EvaluatorScorer`)."""
+    return SCORERS.get(metric.evaluator, EvaluatorScorer)(metric).fit(record_sets)
 
 
 def seed_statistic(scorer: Scorer) -> callable:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from kinject.api import PluginConfig, Stage, Strategy
+from typing import ClassVar
+
+from kinject.api import Stage, Strategy, evaluate_stage, finetune_stage
+
+from .config import FinetuneStrategyConfig
 
 
 class FinetuneStrategy(Strategy):
     """Plain fine-tuning on the task, no injection: the baseline every method is compared with."""
 
-    class Config(PluginConfig):
-        pass
+    Config: ClassVar = FinetuneStrategyConfig
 
     def stages(self, run) -> list[Stage]:
-        from kinject.api import evaluate_stage, finetune_stage
-
         return [finetune_stage(run), evaluate_stage(run, "finetune")]

@@ -125,7 +125,7 @@ def build_retraining_data(source: KnowledgeSource, env: Environment, tokenizer, 
 
 
 def score_heldout(model, heldout, train, tasks: list[str], tokenizer, batch_size: int = 64, seed: int = 0) -> dict:
-    """Accuracy of the trained relation / triplet heads of ``model`` (retrain.KGMultiTaskModel) on the held-out
+    """Accuracy of the trained relation / triplet heads of ``model`` (multitask.KGMultiTaskModel) on the held-out
     KG data (kinject.plugins.knowledge.kg.data.KGData), with the levels to beat: ``majority`` (always the most frequent class of the
     training rows) and ``chance`` (1 / classes). A held-out relation the training graph lacks counts as wrong."""
     import torch

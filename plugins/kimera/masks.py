@@ -1,4 +1,5 @@
-"""Head masks: files, per-head update scaling (KIMERA eq. 3) and physical pruning (the pruned baseline).
+"""Head masks: files, per-head update scaling (KIMERA eq. 3), and the mask stages that do not search: the random
+control (kimera-mask-random) and a given mask (strategy.mask_file).
 
 Mask convention (the paper's): ``m[l, h] = 1`` an important head (frozen in retraining), ``0`` a
 redundant head (retrained at the full learning rate); soft masks hold values in [0, 1].
@@ -13,14 +14,18 @@ bit-identical whatever the optimiser (momentum, decay, clipping).
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from kinject.api import DataError
+from kinject.api import DataError, StageContext
 
 from .gating import HeadLayout, head_layout
+from .stages import GivenMaskConfig, RandomMaskConfig
+
+log = logging.getLogger("kinject")
 
 
 def save_masks(path: Path, **masks) -> None:
@@ -136,35 +141,7 @@ def freeze_non_attention(model: nn.Module, encoder: nn.Module) -> int:
     return frozen
 
 
-@torch.no_grad()
-def prune_by_mask(model: nn.Module, hard_mask: torch.Tensor) -> dict[int, list[int]]:
-    """Physically remove the heads with mask 0 (transformers' ``prune_heads``; survives save/load
-    through config.pruned_heads). transformers cannot remove every head of a layer, so in a layer with
-    no head left one head is kept with its V rows, V bias and O columns zeroed: its output is exactly
-    0 and, with zero gradients, stays 0 through fine-tuning. Returns {layer: heads removed}."""
-    layout = head_layout(model)
-    plan: dict[int, list[int]] = {}
-    dead: list[int] = []
-    for layer in range(layout.num_layers):
-        off = [h for h in range(layout.num_heads) if hard_mask[layer, h] < 0.5]
-        if len(off) == layout.num_heads:
-            keep = off.pop(0)
-            dead.append(layer)
-            att = layout.layers[layer]
-            rows = slice(keep * layout.head_dim, (keep + 1) * layout.head_dim)
-            att.value.weight[rows] = 0
-            if att.value.bias is not None:
-                att.value.bias[rows] = 0
-            att.output.weight[:, rows] = 0
-        if off:
-            plan[layer] = off
-    base = getattr(model, "base_model", model)
-    if plan:
-        base.prune_heads(plan)
-    return plan
-
-
-# -- controls for experiments ---------------------------------------------------------------------- #
+# -- controls for experiments: the random mask, a given mask, overlaps ------------------------------ #
 def redundant_heads(mask: torch.Tensor) -> set[tuple[int, int]]:
     """(layer, head) of the heads a hard mask marks redundant (value < 0.5: retrained)."""
     return {(int(layer), int(head)) for layer, head in (mask < 0.5).nonzero().tolist()}
@@ -208,3 +185,26 @@ def redundant_overlap(mask_files: list, name: str = "hard") -> dict:
     return {"files": [str(p) for p in mask_files], "heads": heads, "counts": [len(s) for s in sets],
             "intersection": len(set.intersection(*sets)) if sets else 0,
             "union": len(set.union(*sets)) if sets else 0, "jaccard": pairs, "chance_jaccard": chance}
+
+
+def random_mask_body(cfg: RandomMaskConfig, ctx: StageContext) -> None:
+    """masks.json with a ``hard`` mask of as many redundant heads as the searched one, chosen at random (and the
+    searched mask's first-round ``importance``, for the analysis); random.json (exported into the run directory,
+    whose masks.json is the searched mask): the random mask, counts and overlap with the searched mask."""
+    searched_file = ctx.inputs[cfg.mask_stage] / "masks.json"
+    searched = load_mask(searched_file, "hard")
+    mask = random_hard_mask(searched, cfg.seed)
+    tables = json.loads(searched_file.read_text())
+    save_masks(ctx.out / "masks.json", hard=mask, **{k: v for k, v in tables.items() if k == "importance"})
+    ours, theirs = redundant_heads(mask), redundant_heads(searched)
+    summary = {"seed": cfg.seed, "heads": int(mask.numel()), "redundant": len(ours),
+               "searched_redundant": len(theirs), "shared_with_searched": len(ours & theirs), "hard": mask.tolist()}
+    (ctx.out / "random.json").write_text(json.dumps(summary, indent=2))
+    log.info("kimera random mask (seed %d): %d of %d heads redundant, %d of them also in the searched mask",
+             cfg.seed, len(ours), mask.numel(), len(ours & theirs))
+
+
+def given_mask_body(cfg: GivenMaskConfig, ctx: StageContext) -> None:
+    """The mask of strategy.mask_file as this run's masks.json (checked when the run was prepared)."""
+    save_masks(ctx.out / "masks.json", **cfg.masks)
+    log.info("kimera: %s mask from %s", cfg.kind, cfg.path)

@@ -1,147 +1,87 @@
-"""KIMERA phase 2: multi-task knowledge-graph retraining under a head mask.
+"""KIMERA phase 2 (kimera-retrain): multi-task knowledge-graph retraining under a head mask.
 
 Tasks (paper section 2.2): entity prediction as MLM over every token of the masked entity (o given
 (s, r) and s given (r, o)), relation prediction (multi-class), triplet classification (binary, with
-corrupted negatives). Each batch holds one task. ``task_sampling``: ``proportional`` shuffles every
-batch of every task together (task i drawn with probability pi_i ~ its size: expected loss
-sum_i pi_i alpha_i L_i) or ``uniform`` lets the tasks take turns (expected loss sum_i alpha_i L_i / n).
-The entity head starts from the model's pre-trained MLM head when the checkpoint has one.
-Classification heads pool the encoder output (cls, mean, max, or a learned attention pooling). The head
-mask scales each head's updates (masks.HeadUpdateScaler) and, with ``forward_mask``, gates the heads in
-the forward pass as well.
+corrupted negatives), on the model of :mod:`.multitask`. Each batch holds one task. ``task_sampling``:
+``proportional`` shuffles every batch of every task together (task i drawn with probability pi_i ~ its size:
+expected loss sum_i pi_i alpha_i L_i) or ``uniform`` lets the tasks take turns (expected loss
+sum_i alpha_i L_i / n). The head mask scales each head's updates (masks.HeadUpdateScaler) and, with
+``forward_mask``, gates the heads in the forward pass as well.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from kinject.api import masked_mean
+from kinject.api import (HookCallback, KinjectError, StageContext, TrainingSpec, is_main_process, last_checkpoint,
+                         length_grouped_batches, quiet_progress, save_model, training_arguments)
 
 from .gating import HeadGates, head_layout
-from .masks import HeadUpdateScaler, freeze_non_attention
+from .heldout import build_retraining_data, score_heldout
+from .masks import HeadUpdateScaler, freeze_non_attention, load_mask
+from .multitask import KG_TASKS, TASK_ID, KGMultiTaskModel, pretrained_mlm_head
+from .stages import RetrainConfig
 
 log = logging.getLogger("kinject")
 
-KG_TASKS = ("entity", "relation", "triplet")
-TASK_ID = {name: i for i, name in enumerate(KG_TASKS)}
 
-# model_type -> (dense, LayerNorm, output bias) of the pre-trained MLM head in its *ForMaskedLM model
-MLM_HEADS: dict[str, tuple[str, str, str]] = {
-    "bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias"),
-    "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
-    "xlm-roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"),
-    "electra": ("generator_predictions.dense", "generator_predictions.LayerNorm", "generator_lm_head.bias"),
-    "albert": ("predictions.dense", "predictions.LayerNorm", "predictions.bias"),
-    "distilbert": ("vocab_transform", "vocab_layer_norm", "vocab_projector.bias"),
-}
-
-
-def pretrained_mlm_head(path: str, revision: str | None = None) -> dict[str, torch.Tensor] | None:
-    """The MLM head (transform dense + LayerNorm, output bias) of the checkpoint at ``path`` when it has one,
-    as ``{dense.weight, dense.bias, norm.weight, norm.bias, bias}``; None (and a log line) when it has not."""
-    from transformers import AutoConfig, AutoModelForMaskedLM
-    from transformers.utils import logging as hf_logging
-
-    from kinject.api import offline
-
-    config = AutoConfig.from_pretrained(path, revision=revision, local_files_only=offline())
-    names = MLM_HEADS.get(config.model_type)
-    if names is None:
-        log.info("kimera retrain: no MLM head map for model type %r; the entity head starts random", config.model_type)
-        return None
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the missing head is expected for encoder-only checkpoints
-    try:
-        model, info = AutoModelForMaskedLM.from_pretrained(path, revision=revision, local_files_only=offline(),
-                                                           output_loading_info=True)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    dense, norm, bias = names
-    wanted = {"dense.weight": f"{dense}.weight", "dense.bias": f"{dense}.bias", "norm.weight": f"{norm}.weight",
-              "norm.bias": f"{norm}.bias", "bias": bias}
-    missing = set(info["missing_keys"])
-    state = model.state_dict()
-    if any(key in missing or key not in state for key in wanted.values()):
-        log.info("kimera retrain: %s has no pre-trained MLM head (%s); the entity head starts random", path,
-                 f"{dense}.* not in the checkpoint")
-        return None
-    log.info("kimera retrain: the entity head starts from the pre-trained MLM head of %s", path)
-    return {ours: state[theirs].detach().clone() for ours, theirs in wanted.items()}
+def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
+    """model/ (the retrained encoder, without the KG heads) and retrain.json (training and KG statistics)."""
+    tokenizer = cfg.model.load_tokenizer()
+    encoder = initial_encoder(cfg)
+    mlm_head = None if cfg.from_scratch else pretrained_mlm_head(cfg.model.path, cfg.model.revision)
+    kg = cfg.kg
+    alphas = dict(cfg.alphas)
+    tasks = [t for t in KG_TASKS if alphas[t] > 0]
+    data, held = build_retraining_data(cfg.source.build(), cfg.source.environment(ctx), tokenizer, kg, cfg.seed,
+                                       tasks)
+    if len(data.relations) < 2 and "relation" in tasks:  # one relation: nothing to predict
+        log.warning("kimera: the KG has %d relation type(s); relation prediction disabled", len(data.relations))
+        alphas["relation"] = 0.0
+        tasks.remove("relation")
+    head_mask = None
+    if cfg.mask != "none":
+        shape = (encoder.config.num_hidden_layers, encoder.config.num_attention_heads)
+        head_mask = load_mask(ctx.inputs[cfg.mask_stage] / "masks.json", cfg.mask, shape)
+    steps = kg["kg_steps"]
+    training = TrainingSpec(epochs=1, max_steps=steps, learning_rate=kg["kg_learning_rate"],
+                            batch_size=kg["kg_batch_size"], weight_decay=cfg.weight_decay,
+                            warmup_ratio=cfg.warmup_ratio, group_by_length=False, save_steps=cfg.save_steps,
+                            logging_steps=max(steps // 10, 1), bf16=cfg.bf16)
+    scorer = None
+    if held is not None:
+        scorer = partial(score_heldout, heldout=held, train=data, tasks=tasks, tokenizer=tokenizer,
+                         batch_size=2 * kg["kg_batch_size"], seed=cfg.seed)
+    stats = retrain(encoder, tokenizer, {t: getattr(data, t) for t in tasks}, len(data.relations), training,
+                    ctx.work, cfg.seed, mask=head_mask, forward_mask=cfg.forward_mask, other_params=cfg.other_params,
+                    pooling=cfg.pooling, alphas=alphas, batches_of=length_grouped_batches, resume=ctx.resume,
+                    task_sampling=cfg.task_sampling, mlm_head=mlm_head, heldout=scorer)
+    stats["kg"] = data.stats
+    if is_main_process():
+        save_model(encoder, tokenizer, ctx.out / "model")
+        (ctx.out / "retrain.json").write_text(json.dumps(stats, indent=2, default=str))
 
 
-class KGMultiTaskModel(nn.Module):
-    """An encoder with the three KG heads: MLM (tied to the word embeddings), relation, triplet."""
+def initial_encoder(cfg: RetrainConfig) -> nn.Module:
+    """The pre-trained encoder, or (``from_scratch``) its architecture with a seeded random init."""
+    if not cfg.from_scratch:
+        return cfg.model.load_encoder()
+    from transformers import AutoConfig, AutoModel
 
-    def __init__(self, encoder: nn.Module, num_relations: int, pooling: str = "cls",
-                 alphas: dict[str, float] | None = None):
-        super().__init__()
-        self.encoder = encoder
-        config = encoder.config
-        hidden = config.hidden_size
-        self.pooling = pooling
-        self.alphas = {name: 1.0 for name in KG_TASKS} | (alphas or {})
-        from transformers.activations import ACT2FN
+    from kinject.api import keep_layers
 
-        act = getattr(config, "hidden_act", None) or getattr(config, "activation", "gelu")
-        embed = encoder.get_input_embeddings().weight.shape[1]  # ALBERT: the MLM head maps to the embedding size
-        self.mlm_transform = nn.Sequential(nn.Linear(hidden, embed), ACT2FN[act if isinstance(act, str) else "gelu"],
-                                           nn.LayerNorm(embed, eps=getattr(config, "layer_norm_eps", 1e-12)))
-        self.mlm_bias = nn.Parameter(torch.zeros(encoder.get_input_embeddings().weight.shape[0]))
-        self.relation_head = nn.Linear(hidden, max(num_relations, 1))
-        self.triplet_head = nn.Linear(hidden, 2)
-        self.pool_score = nn.Linear(hidden, 1) if pooling == "learned" else None
-
-    @torch.no_grad()
-    def load_mlm_head(self, weights: dict[str, torch.Tensor]) -> None:
-        """Start the entity head from a pre-trained MLM head (:func:`pretrained_mlm_head`)."""
-        dense, norm = self.mlm_transform[0], self.mlm_transform[2]
-        for module, prefix in ((dense, "dense"), (norm, "norm")):
-            module.weight.copy_(weights[f"{prefix}.weight"])
-            module.bias.copy_(weights[f"{prefix}.bias"])
-        self.mlm_bias.copy_(weights["bias"])
-
-    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """(B, T, D) -> (B, D) by the configured pooling; padding never counts."""
-        mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        if self.pooling == "cls":
-            return hidden[:, 0]
-        if self.pooling == "mean":
-            return masked_mean(hidden, attention_mask)
-        if self.pooling == "max":
-            return hidden.masked_fill(mask == 0, torch.finfo(hidden.dtype).min).max(1).values
-        scores = self.pool_score(hidden).masked_fill(mask == 0, torch.finfo(hidden.dtype).min)
-        return (scores.softmax(1) * hidden).sum(1)
-
-    def encode(self, input_ids, attention_mask, token_type_ids=None) -> torch.Tensor:
-        return self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                            token_type_ids=token_type_ids).last_hidden_state
-
-    def classify(self, kind: str, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Logits of the relation or triplet head for encoded rows (B, T, D)."""
-        head = self.relation_head if kind == "relation" else self.triplet_head
-        return head(self.pool(hidden, attention_mask))
-
-    def forward(self, input_ids, attention_mask, labels, task, token_type_ids=None):
-        kind = KG_TASKS[int(task.view(-1)[0])]
-        if bool((task != task.view(-1)[0]).any()):
-            raise ValueError("a KG batch must hold one task")
-        hidden = self.encode(input_ids, attention_mask, token_type_ids)
-        if kind == "entity":
-            where = labels != -100
-            states = self.mlm_transform(hidden[where])
-            logits = states @ self.encoder.get_input_embeddings().weight.t() + self.mlm_bias
-            loss = F.cross_entropy(logits, labels[where])
-        else:
-            logits = self.classify(kind, hidden, attention_mask)
-            loss = F.cross_entropy(logits, labels.view(-1))
-        return {"loss": self.alphas[kind] * loss, "logits": logits}
+    torch.manual_seed(cfg.seed)
+    config = AutoConfig.from_pretrained(cfg.model.path, revision=cfg.model.revision)
+    return keep_layers(AutoModel.from_config(config, attn_implementation=cfg.model.attn_implementation),
+                       cfg.model.layers)
 
 
 class TaggedDataset(torch.utils.data.Dataset):
@@ -289,8 +229,6 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
     """
     from transformers import set_seed
 
-    from kinject.api import training_arguments
-
     set_seed(seed)
     model = KGMultiTaskModel(encoder, num_relations, pooling, alphas)
     if mlm_head is not None:
@@ -299,27 +237,19 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
         frozen = freeze_non_attention(model, encoder)
         log.info("kimera retrain: %d non-attention encoder parameters frozen", frozen)
     data = KGBatchDataset(datasets)
-    if batches_of is None:
-        from kinject.api import length_grouped_batches as batches_of
-    sampler = MultiTaskBatchSampler(data, training.batch_size, seed, model.alphas, batches_of, task_sampling)
+    sampler = MultiTaskBatchSampler(data, training.batch_size, seed, model.alphas,
+                                    batches_of or length_grouped_batches, task_sampling)
     if not len(sampler):
-        from kinject.api import KinjectError
-
         raise KinjectError("KIMERA retraining: no KG batches (every task empty or disabled by alpha 0)")
     scaler = HeadUpdateScaler(encoder, mask) if mask is not None else None
     gates = HeadGates(encoder, (1.0 - mask).clamp(0, 1), head_layout(encoder)) if forward_mask and mask is not None \
         else None
-    from kinject.api import HookCallback, quiet_progress
-
     args = training_arguments(training, work, seed, group_by_length=False, remove_unused_columns=False,
                               ddp_find_unused_parameters=True, label_names=["labels"])
     trainer = kg_trainer_class()(model=model, args=args, train_dataset=data, batch_sampler=sampler,
                                  data_collator=TaskCollator(tokenizer),
                                  update_scaler=scaler, callbacks=[HookCallback("kimera-retrain")])
-    from kinject.api import last_checkpoint
-
     quiet_progress(trainer)
-
     checkpoint = last_checkpoint(work) if resume else None
     if gates is not None:
         gates.attach()

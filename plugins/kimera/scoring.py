@@ -1,5 +1,4 @@
-"""The importance scoring set (what the mask search and the analysis score) and the paired confidence
-interval of a search round's metric against the unmasked round's.
+"""The importance scoring set: what the mask search and the analysis score.
 
 The scoring set is the task's ``score_split`` (default: its first evaluation split), whole or capped at
 ``score_examples`` (the first ones, or with ``score_seed`` a seeded random draw of whole groups); the search
@@ -12,15 +11,12 @@ and ``restore`` puts the logits back in the split's order before the task scores
 
 from __future__ import annotations
 
-import logging
 import random
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from kinject.api import KinjectError
-
-log = logging.getLogger("kinject")
+from .stages import ScoringConfig
 
 
 @dataclass
@@ -93,55 +89,7 @@ def build_scoring_set(task, env, split: str, cap: int | None, tokenizer, max_len
     return ScoringSet(chosen, features, batches(order[:head]), order, batches(order[head:]))
 
 
-class RoundInterval:
-    """``interval(baseline_logits, logits)`` for :func:`importance.search_mask`: the round's metric minus the
-    unmasked round's, with a paired bootstrap interval over the scoring set's evaluation units (queries for
-    retrieval, examples otherwise), computed by kinject.plugins.evidence from the task's per-example predictions.
-
-    A task without per-example predictions, or a metric that cannot be recomputed from them, gives no
-    interval (one warning, then None).
-    """
-
-    def __init__(self, task, env, split: str, metric: str, scoring: ScoringSet, resamples: int = 2000,
-                 confidence: float = 0.95, seed: int = 0):
-        self.task, self.env, self.split, self.metric, self.scoring = task, env, split, metric, scoring
-        self.resamples, self.confidence, self.seed = resamples, confidence, seed
-        self._baseline: list[dict] | None = None
-        self.disabled = False
-
-    def records(self, logits: np.ndarray) -> list[dict]:
-        s = self.scoring
-        return self.task.predictions(self.split, s.examples, s.features, s.restore(logits), self.env)
-
-    def __call__(self, baseline_logits: np.ndarray, logits: np.ndarray) -> dict | None:
-        if self.disabled:
-            return None
-        from kinject.plugins.evidence.compare import pair
-        from kinject.plugins.evidence.metrics import define, task_metric_refs
-
-        try:
-            if self._baseline is None:
-                self._baseline = self.records(baseline_logits)
-            definition = define(self.metric, task_metric_refs(self.task), self.task.head(self.env).labels)
-            _, row = pair(definition, {0: self._baseline}, [{0: self.records(logits)}], self.resamples,
-                          self.confidence, self.seed)
-        except (NotImplementedError, KinjectError, ValueError) as exc:
-            log.warning("kimera mask search: no confidence interval for the rounds (%s)",
-                        str(exc) or type(exc).__name__)
-            self.disabled = True
-            return None
-        return {"difference": row["difference"], "ci_low": row["ci_low"], "ci_high": row["ci_high"],
-                "confidence": self.confidence, "units": len(self._baseline)}
-
-
-def no_redundant_head_warning(kind: str, metric: str, rounds: list[dict], threshold: float) -> str:
-    """The loud message for a search that marked no head redundant (the retraining then moves no head)."""
-    first = rounds[1] if len(rounds) > 1 else rounds[0]
-    ci = (f", {first['difference']:+.4f} vs unmasked [95% CI {first['ci_low']:+.4f}, {first['ci_high']:+.4f}]"
-          if "ci_low" in first else "")
-    return (f"KIMERA mask search found NO redundant head: masking {first['masked']} head(s) in round "
-            f"{first['round']} gave {metric}={first['metric']:.4f}{ci}, below the threshold {threshold:.4f}. "
-            f"The {kind} mask freezes every attention head, so KG retraining changes only the non-attention "
-            "parameters (other_params=train: FFN, embeddings, LayerNorms) and the new KG heads. Score more "
-            "examples (strategy.score_examples, strategy.importance_examples), or lower strategy.tau or "
-            "strategy.rho.")
+def scoring_set(scoring: ScoringConfig, task, env, tokenizer) -> ScoringSet:
+    """The scoring set a stage's :class:`ScoringConfig` describes."""
+    return build_scoring_set(task, env, scoring.split, scoring.examples, tokenizer, scoring.max_length,
+                             scoring.batch_size, scoring.importance_examples, scoring.seed)

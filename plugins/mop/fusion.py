@@ -1,5 +1,7 @@
-"""MoP's mixture of partition adapters on the `adapters` library: Gumbel and MoE fusion layers swapped into the
-library's fusion slot, the trainer that adds the fusion losses, and saving / loading a fused task model.
+"""MoP step 3: the task model fine-tuned with the K partition adapters mixed in every layer, on the `adapters`
+library: Gumbel and MoE fusion layers swapped into the library's fusion slot, the trainer that adds the fusion
+losses, saving / loading a fused task model, and the configs that make the kernel's fine-tune and evaluate stages
+do this (:class:`FusionConfig`, :class:`FusedEvaluateConfig`).
 
 adapters 1.3's own fusion (:class:`adapters.methods.modeling.BertFusion`) is the ``softmax`` mixture and is used
 as is. ``gumbel`` and ``moe`` subclass it (same query / key / value projections, so the same saved weights) and
@@ -13,8 +15,6 @@ change only how attention scores over the K adapters become mixture weights:
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,9 @@ from adapters.methods.bottleneck import BottleneckLayer
 from adapters.methods.modeling import BertFusion
 from torch import nn
 
-from kinject.api import StageContext, is_main_process
+from kinject.api import EvaluateConfig, FinetuneConfig, Head, StageContext
 
-from .knowledge import adapter_names, quiet_activation
-from .stages import FusionConfig
-
-# kinject logs at INFO; the library's INFO lines (every adapter loaded / saved, K of them per stage) would drown it
-logging.getLogger("adapters").setLevel(logging.WARNING)
+from .part_adapters import adapter_names, quiet_activation
 
 
 class MixtureFusion(BertFusion):
@@ -247,24 +243,31 @@ def _module_name(model, module) -> str:
     return next(name for name, m in model.named_modules() if m is module)
 
 
-# -- the stage ------------------------------------------------------------------------------------------ #
-def fusion_body(cfg: FusionConfig, ctx: StageContext) -> None:
-    import torch
+# -- the stages: the kernel's fine-tune and evaluate bodies, through their extension points ------------------ #
+class FusionConfig(FinetuneConfig):
+    """Fine-tune the task model with the partition adapters of the stages ``adapters`` (in partition order) loaded,
+    their fusion added and the ``mixture`` (mixture, tau, top_k, loss_coef: :func:`install_mixture`) installed;
+    ``joint``: the base and the adapters train too."""
 
-    from kinject.api import build_task_model, dev_scorer, train
+    adapters: list[str]
+    mixture: dict
+    joint: bool
 
-    task, env = cfg.task.build(), cfg.task.environment(ctx)
-    tokenizer = cfg.model.load_tokenizer()
-    model = build_task_model(cfg.model.path, task.head(env), cfg.model.attn_implementation, cfg.seed,
-                             cfg.model.revision, cfg.model.layers, cfg.model.pooling)
-    torch.manual_seed(cfg.seed)  # fusion-layer initialisation
-    fuse = attach_partition_adapters(model, [ctx.inputs[name] / "adapter" for name in cfg.adapters], cfg.mixture,
-                                     cfg.joint)
-    features = task.featurize(tokenizer, task.examples(task.train_split, env), cfg.model.max_length, env)
-    scorer = dev_scorer(task, env, tokenizer, cfg.model.max_length, cfg.training) if cfg.training.eval_steps else None
-    stats = train(model, features, task.collator(tokenizer), cfg.training, ctx.work, cfg.seed, stage=ctx.name,
-                  resume=ctx.resume, trainer_cls=mixture_trainer_class(), scorer=scorer)
-    stats["trainable_parameters"] = float(sum(p.numel() for p in model.parameters() if p.requires_grad))
-    if is_main_process():
-        save_fused_model(model, tokenizer, ctx.out / "model", fuse, cfg.mixture)
-        (ctx.out / "train.json").write_text(json.dumps(stats, indent=2))
+    def prepare_model(self, model, ctx: StageContext):
+        torch.manual_seed(self.seed)  # fusion-layer initialisation
+        attach_partition_adapters(model, [ctx.inputs[name] / "adapter" for name in self.adapters], self.mixture,
+                                  self.joint)
+        return model
+
+    def trainer_class(self, head: Head):
+        return mixture_trainer_class()
+
+    def save_model(self, model, tokenizer, folder: Path, ctx: StageContext) -> None:
+        save_fused_model(model, tokenizer, folder, Fuse(*adapter_names(len(self.adapters))), self.mixture)
+
+
+class FusedEvaluateConfig(EvaluateConfig):
+    """Evaluate a fused model (plain ``from_pretrained`` would drop the adapters): :func:`load_fused_model`."""
+
+    def load_model(self, model_dir: Path, head: Head):
+        return load_fused_model(model_dir, head.kind if head is not None else None, self.attn_implementation)

@@ -1,20 +1,21 @@
-"""MoP's declared stages: their configs (what each key holds). The bodies live beside what they use, so a stage's
-code fingerprint covers only its own code: :mod:`.knowledge` (partition, adapters), :mod:`.fusion` (fine-tune),
-:mod:`.scoring` (evaluate, analysis); editing the analysis does not retrain the adapters.
+"""MoP's stage configs (what each key holds) for the knowledge side and the analysis.
 
-``mop-partition`` (METIS over the KG's entity graph) -> ``mop-adapter-<i>`` (one per part; spread over the
-processes of a torchrun launch) -> ``mop-finetune`` (adapters + fusion + task head) -> ``mop-evaluate`` ->
-``mop-analysis``. The knowledge side (partition, adapters) holds no task and no run seed, so every task and seed
-reuses the same cached adapters.
+``mop-partition`` (METIS over the KG's entity graph, :mod:`.partition`) -> ``mop-adapter-<i>`` (one adapter per part
+learns to predict the part's entities, :mod:`.entity_prediction`; spread over the processes of a torchrun launch)
+-> ``mop-finetune`` -> ``mop-evaluate`` (:mod:`.fusion`) -> ``mop-analysis`` (:mod:`.report`). The knowledge side
+holds no task and no run seed, so every task and seed reuses the same cached adapters.
+
+The fused fine-tune and its evaluation subclass the kernel's ``FinetuneConfig`` / ``EvaluateConfig`` in
+:mod:`.fusion` (``FusionConfig``, ``FusedEvaluateConfig``), not here: a config class's module joins the key of every
+stage configured from it, with all it imports, so the fusion code kept here would re-key (and retrain) the K
+adapters whenever the mixture is edited.
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from kinject.api import ModelRef, NOT_KEYED, SourceRef, StageConfig, TaskRef, TrainingSpec
-
-PARTITION = "mop-partition"
+from kinject.api import NOT_KEYED, ModelRef, SourceRef, StageConfig, TaskRef, TrainingSpec
 
 
 class KGSettings(StageConfig):
@@ -37,6 +38,7 @@ class PartitionConfig(StageConfig):
 class PartAdapterConfig(StageConfig):
     model: ModelRef
     kg: KGSettings
+    partition_stage: str  # the input stage whose partition.json / partition.safetensors say which rows are part i
     part: int
     adapter: dict  # the resolved adapters config (AdapterConfig.to_dict())
     training: TrainingSpec
@@ -45,16 +47,6 @@ class PartAdapterConfig(StageConfig):
     bidirectional: bool
     entity_head: str  # "names" or "linear" (MopConfig.entity_head)
     eval_batch_size: int = Field(256, json_schema_extra=NOT_KEYED)
-
-
-class FusionConfig(StageConfig):
-    model: ModelRef
-    task: TaskRef
-    training: TrainingSpec
-    seed: int
-    adapters: list[str]  # the adapter stages, in partition order
-    mixture: dict  # mixture, tau, top_k, loss_coef (see fusion.install_mixture)
-    joint: bool
 
 
 class AnalysisConfig(StageConfig):

@@ -43,9 +43,8 @@ def _load(name: str):
 
 def _corpus_texts(path: Path):
     """Texts of a .txt (a line each) or .jsonl (``text`` field) file, read as the corpus source reads them."""
-    from kinject.api import Environment
+    from kinject.api import Environment, default_cache_dir, default_data_dir
     from kinject.plugins.knowledge.sources.corpus import CorpusSource
-    from kinject.api import default_cache_dir, default_data_dir
 
     source = CorpusSource(paths=[str(path)], min_chars=0, dedupe=False)
     return source.iter_texts(Environment(data_dir=default_data_dir(), cache_dir=default_cache_dir()))
@@ -68,13 +67,14 @@ def compare(tokenizers: List[str] = typer.Option(..., "--tokenizer", "-t", help=
     from rich.table import Table
 
     from kinject.api import KinjectError
-    from kinject.plugins.pretrain import vocab as vb
+    from kinject.plugins.pretrain import comparison
+    from kinject.plugins.pretrain.report import pieces_chart
 
     if len(tokenizers) < 1:
         raise KinjectError("--tokenizer: give at least one")
     loaded = {name: _load(name) for name in dict.fromkeys(tokenizers)}
-    term_list = _read_terms(terms) if terms else list(vb.TABLE1_TERMS)
-    rows = vb.term_rows(loaded, term_list)
+    term_list = _read_terms(terms) if terms else list(comparison.TABLE1_TERMS)
+    rows = comparison.term_rows(loaded, term_list)
     console = Console()
     table = Table(title=f"pieces per term ({'Gu et al. Table 1' if terms is None else terms})", title_justify="left")
     table.add_column("term")
@@ -90,10 +90,10 @@ def compare(tokenizers: List[str] = typer.Option(..., "--tokenizer", "-t", help=
                                           for n in loaded))
     console.print(table)
     if corpus is not None:
-        words = list(vb.corpus_words(_corpus_texts(corpus), max_words))
+        words = list(comparison.corpus_words(_corpus_texts(corpus), max_words))
         if not words:
             raise KinjectError(f"--corpus {corpus}: no words")
-        stats = vb.corpus_stats(loaded, words)
+        stats = comparison.corpus_stats(loaded, words)
         summary = Table(title=f"{corpus} ({len(words)} words)", title_justify="left")
         for column in ("tokenizer", "pieces per word", "words kept whole"):
             summary.add_column(column)
@@ -104,7 +104,7 @@ def compare(tokenizers: List[str] = typer.Option(..., "--tokenizer", "-t", help=
         _write_csv(csv_out, rows)
         console.print(f"wrote {csv_out}")
     if png_out is not None:
-        _write_png(png_out, rows, list(loaded))
+        pieces_chart(png_out, rows, list(loaded))
         console.print(f"wrote {png_out}")
 
 
@@ -119,26 +119,3 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         for row in rows:
             for name, pieces in row["pieces"].items():
                 writer.writerow([row["term"], row["category"], name, len(pieces), " ".join(pieces)])
-
-
-def _write_png(path: Path, rows: list[dict], names: list[str]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    from kinject.api import atomic_file
-
-    x = np.arange(len(rows))
-    width = 0.8 / len(names)
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(rows)), 3.6))
-    for i, name in enumerate(names):
-        ax.bar(x + i * width - 0.4 + width / 2, [len(r["pieces"][name]) for r in rows], width, label=name)
-    ax.set_xticks(x, [r["term"] for r in rows], rotation=60, ha="right")
-    ax.set_ylabel("pieces")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_file(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)

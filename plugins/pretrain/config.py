@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from kinject.api import PluginConfig
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+from .vocab import SPECIAL_TOKENS
 
 
 class Architecture(PluginConfig):

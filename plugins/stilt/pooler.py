@@ -14,8 +14,6 @@ import json
 import logging
 from pathlib import Path
 
-from kinject.api import FinetuneConfig, finetune_body
-
 log = logging.getLogger("kinject")
 
 
@@ -72,14 +70,3 @@ def carry_pooler(start: str | Path, saved: Path, revision: str | None = None) ->
         raise RuntimeError(f"stilt: the pooler written into {saved} does not load back")
     log.info("stilt: kept the pooler of %s in the intermediate model (its head has none)", start)
     return True
-
-
-def intermediate_body(cfg: FinetuneConfig, ctx) -> None:
-    """Fine-tune on an intermediate task (kinject.stages.finetune_body), then carry the start model's pooler
-    into the saved model when the stage's own model has none."""
-    from kinject.api import is_main_process
-
-    finetune_body(cfg, ctx)
-    if is_main_process():
-        start = ctx.inputs[cfg.init_from] / "model" if cfg.init_from else cfg.model.path
-        carry_pooler(start, ctx.out / "model", None if cfg.init_from else cfg.model.revision)

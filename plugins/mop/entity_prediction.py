@@ -1,67 +1,33 @@
-"""MoP step 2: one bottleneck adapter per partition, trained on entity prediction over that part's entities with the
-base model frozen.
+"""MoP step 2: one bottleneck adapter per partition learns to predict the part's entities, the base model frozen.
 
-Input ``[CLS] h [SEP] r [SEP]`` (kinject.plugins.knowledge.kg's "tail" rows, Arrow memory-mapped) -> softmax over the part's entities
-from the last layer's [CLS]; with ``bidirectional`` also ``[CLS] r [SEP] t [SEP]`` -> h (the reference code's
-head prediction). A fraction of the part's triples is held out to measure the adapter (the paper's Fig. 2).
+Input ``[CLS] h [SEP] r [SEP]`` (the partition's "tail" rows) -> a score per entity of the part from the last
+layer's [CLS] (a name-scoring or a linear head); with ``bidirectional`` also ``[CLS] r [SEP] t [SEP]`` -> h (the
+reference code's head prediction). A fraction of the part's triples is held out to measure the adapter (the
+paper's Fig. 2), next to the tail prior's accuracy and on the adapter's own training rows (the facts it stored).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kinject.api import ModelRef, StageContext, is_main_process, masked_mean, plain
+from kinject.api import StageContext, masked_mean, plain
 
-from .stages import PARTITION, KGSettings, PartAdapterConfig, PartitionConfig
+from .part_adapters import adapter_encoder, adapter_name, base_digest
+from .partition import kg_columns, kg_data
+from .stages import PartAdapterConfig
 
 log = logging.getLogger("kinject")
 
-PART_DROPPED = -1  # triple_part value of a cross-part triple that no part keeps
 TRAIN_PROBE_ROWS = 2000  # training rows re-scored after training: how many facts the adapter stored
 
 
-@contextmanager
-def quiet_activation():
-    """``set_active_adapters`` / ``train_adapter*`` open a forward context before the setup is active, so the library
-    warns "There are adapters available but none are activated"; that one message is dropped while they run."""
-
-    def drop(record) -> bool:
-        return "none are activated" not in record.getMessage()
-
-    logger = logging.getLogger("adapters.model_mixin")
-    logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.removeFilter(drop)
-
-
-def adapter_name(part: int) -> str:
-    return f"part-{part}"
-
-
-def adapter_names(k: int) -> list[str]:
-    """The partition adapters' names: part-0 .. part-(k-1)."""
-    return [adapter_name(i) for i in range(k)]
-
-
-# -- which triples and entities belong to a part --------------------------------------------------------- #
-def assign_triples(parts: np.ndarray, head: np.ndarray, tail: np.ndarray, cross_part: str) -> np.ndarray:
-    """The part each triple trains in: its parts' common part, else the head's (``cross_part='head'``) or
-    :data:`PART_DROPPED`."""
-    ph, pt = parts[head], parts[tail]
-    return ph.astype(np.int32) if cross_part == "head" else np.where(ph == pt, ph, PART_DROPPED).astype(np.int32)
-
-
+# -- which triples and entities belong to a part ---------------------------------------------------------------- #
 def part_classes(parts: np.ndarray, part: int, head: np.ndarray, tail: np.ndarray, rows: np.ndarray,
                  bidirectional: bool) -> np.ndarray:
     """Sorted entity ids the part's classifier predicts: the part's entities, plus any foreign entity its triples
@@ -104,7 +70,7 @@ def head_features(data, rows: np.ndarray, classes: np.ndarray, tokenizer, max_le
     return [{**{k: encoded[k][i] for k in keys}, "labels": labels[i]} for i in range(len(labels))]
 
 
-# -- the model -------------------------------------------------------------------------------------------- #
+# -- the model -------------------------------------------------------------------------------------------------- #
 class NameScoringHead(nn.Module):
     """Scores each class by the cosine between a projection of [CLS] and the class's entity-name embedding (a
     frozen buffer), times a learned scale, plus a learned per-class bias. A class seen once in training still
@@ -178,29 +144,6 @@ class EntityPredictor(nn.Module):
         return super().load_state_dict({**state_dict, **aliases}, strict=strict, assign=assign)
 
 
-def adapter_encoder(encoder, name: str, adapter_config: dict[str, Any]):
-    """``encoder`` with a new adapter ``name`` that alone trains (base frozen, adapter active)."""
-    import adapters
-    from adapters import AdapterConfig
-
-    adapters.init(encoder)
-    encoder.add_adapter(name, config=AdapterConfig.load(adapter_config))
-    with quiet_activation():
-        encoder.train_adapter(name)
-    return encoder
-
-
-def base_digest(encoder) -> str:
-    """sha256 over every base-model tensor (adapter weights excluded): equal digests = bit-identical weights."""
-    digest = hashlib.sha256()
-    for key, tensor in sorted(encoder.state_dict().items()):
-        if ".adapters." in f".{key}" or "adapter_fusion_layer" in key:
-            continue
-        digest.update(key.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
 @torch.inference_mode()
 def ranking_accuracy(model: EntityPredictor, features: list[dict], collator, batch_size: int = 256,
                      ks: tuple[int, ...] = (1, 10)) -> dict[str, float]:
@@ -256,63 +199,21 @@ def check_learning(stage: str, part: int, heldout: dict, prior: dict, trained: d
                  trained_prior["accuracy@10"], heldout["accuracy@10"], prior["accuracy@10"])
 
 
-# -- the stages: partition, one adapter per part ------------------------------------------------------------ #
-def kg_data(kg: KGSettings, model: ModelRef, ctx: StageContext):
-    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
-
-    return build_kg_data(kg.source.build(), kg.source.environment(ctx), model.load_tokenizer(),
-                         KGDataConfig(tasks=["tail"], max_length=kg.max_length, max_triples=kg.max_triples))
-
-
-def _columns(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return tuple(np.asarray(data.triples.data.column(c).to_numpy(), dtype=np.int64)
-                 for c in ("head", "relation", "tail"))
-
-
-def partition_body(cfg: PartitionConfig, ctx: StageContext) -> None:
-    from safetensors.torch import save_file
-
-    from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts, partition_report, shuffle_parts
-
-    if not is_main_process():  # one process partitions; the others wait for it at the stage barrier
-        return
-    data = kg_data(cfg.kg, cfg.model, ctx)
-    head, relation, tail = _columns(data)
-    graph = EntityGraph(data.entities, data.relations, head, relation, tail)
-    parts = metis_parts(graph, cfg.partitions, cfg.seed)
-    if cfg.shuffle > 0:
-        parts = shuffle_parts(parts, cfg.shuffle, cfg.seed)
-    report = partition_report(graph, parts, cfg.partitions, cfg.seed)
-    triple_part = assign_triples(parts, head, tail, cfg.cross_part)
-    assigned = np.bincount(triple_part[triple_part >= 0], minlength=cfg.partitions)
-    report.update(shuffle=cfg.shuffle, seed=cfg.seed, cross_part=cfg.cross_part,
-                  triples_dropped=int((triple_part < 0).sum()), triples_assigned_per_part=assigned.tolist(),
-                  kg=data.stats, kg_data=data.path.name)
-    empty = np.flatnonzero(assigned == 0).tolist()
-    if empty:
-        log.warning("mop: partitions %s hold no triples; their adapters stay untrained", empty)
-    save_file({"parts": torch.from_numpy(parts.astype(np.int32)), "triple_part": torch.from_numpy(triple_part)},
-              str(ctx.out / "partition.safetensors"))
-    (ctx.out / "partition.json").write_text(json.dumps(plain(report), indent=1))
-    log.info("mop partition: %d parts, edge cut %.3f of edges (%.3fx random), %d of %d triples kept",
-             cfg.partitions, report["edge_cut_fraction"], report["cut_vs_random"], int(assigned.sum()),
-             report["triples"])
-
-
+# -- the stage -------------------------------------------------------------------------------------------------- #
 def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     from safetensors.torch import load_file, save_file
     from transformers import set_seed
 
-    from kinject.plugins.knowledge.kg.batching import KGCollator
     from kinject.api import train
+    from kinject.plugins.knowledge.kg.batching import KGCollator
 
-    folder = ctx.inputs[PARTITION]
+    folder = ctx.inputs[cfg.partition_stage]
     data = kg_data(cfg.kg, cfg.model, ctx)
     if json.loads((folder / "partition.json").read_text())["kg_data"] != data.path.name:
         raise RuntimeError(f"{ctx.name}: the KG rows differ from those the partition was computed on")
     arrays = load_file(str(folder / "partition.safetensors"))
     parts, triple_part = arrays["parts"].numpy(), arrays["triple_part"].numpy()
-    head, _, tail = _columns(data)
+    head, _, tail = kg_columns(data)
     rows = np.flatnonzero(triple_part == cfg.part)
     classes = part_classes(parts, cfg.part, head, tail, rows, cfg.bidirectional)
     train_rows, heldout_rows = split_heldout(rows, cfg.heldout_fraction, cfg.seed + cfg.part)

@@ -1,15 +1,14 @@
-"""Masked-LM models: the starting model (continual, new vocabulary, or from scratch), training through HF
-Trainer, saving so both ``AutoModelForMaskedLM`` and ``AutoModel`` load everything, and held-out perplexity."""
+"""Masked-LM models: loading (and whether a checkpoint lacks its MLM head), the starting points of MLM training
+(a from-scratch config, a new vocabulary's embeddings, a frozen encoder for a head fit), training through HF
+Trainer with sparse prediction, and saving so both ``AutoModelForMaskedLM`` and ``AutoModel`` load everything."""
 
 from __future__ import annotations
 
+import functools
 import logging
-import math
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
-
-import numpy as np
 
 log = logging.getLogger("kinject")
 
@@ -34,6 +33,24 @@ def load_mlm(path: str, revision: str | None = None, attn: str = "sdpa"):
                                                        attn_implementation=attn, output_loading_info=True)
     missing = [k for k in info["missing_keys"] if k.startswith(MLM_HEAD_PREFIXES)]
     return model, missing
+
+
+@functools.lru_cache(maxsize=32)
+def _missing_head(path: str, revision: str | None, attn: str, fingerprint: str) -> tuple[str, ...]:
+    return tuple(load_mlm(path, revision, attn)[1])
+
+
+def missing_mlm_head(model) -> list[str]:
+    """The MLM head weights a model's checkpoint lacks (a ``ModelRef``; [] when it ships its head), remembered per
+    model for the process (checks and stage builders ask for it in turn)."""
+    return list(_missing_head(model.path, model.revision, model.attn_implementation, model.fingerprint))
+
+
+def model_positions(model) -> int:
+    """The longest sequence a model (a ``ModelRef``) takes, from its config."""
+    from transformers import AutoConfig
+
+    return usable_positions(AutoConfig.from_pretrained(model.path, revision=model.revision))
 
 
 def scratch_config(base_path: str, revision: str | None, tokenizer, shape: dict):
@@ -78,6 +95,44 @@ def save_mlm(model, tokenizer, pooler: dict, directory: Path) -> None:
     state.update(pooler)
     model.save_pretrained(directory, state_dict=state, safe_serialization=True)
     tokenizer.save_pretrained(directory)
+
+
+def transfer_embeddings(model, old_tokenizer, new_tokenizer) -> dict[str, int]:
+    """Resize ``model`` (a masked-LM) to ``new_tokenizer`` and start each new token's input embedding and
+    output bias as the mean over the pieces the old vocabulary splits its text into (the new vocabulary's special
+    tokens map to their old counterparts; a token the old vocabulary cannot spell keeps a random vector)."""
+    import torch
+
+    old_embeddings = model.get_input_embeddings().weight.detach().clone()
+    old_bias = _output_bias(model)
+    old_bias = old_bias.detach().clone() if old_bias is not None else None
+    model.resize_token_embeddings(len(new_tokenizer))
+    weight = model.get_input_embeddings().weight
+    bias = _output_bias(model)
+    specials = {new_tokenizer.convert_tokens_to_ids(t): old_tokenizer.convert_tokens_to_ids(t)
+                for t in new_tokenizer.all_special_tokens if t in old_tokenizer.get_vocab()}
+    counts = {"tokens": len(new_tokenizer), "copied": 0, "averaged": 0, "random": 0}
+    with torch.no_grad():
+        for token, index in new_tokenizer.get_vocab().items():
+            if index in specials:
+                pieces = [specials[index]]
+            else:
+                pieces = old_tokenizer(token.removeprefix("##"), add_special_tokens=False)["input_ids"]
+                pieces = [p for p in pieces if p != old_tokenizer.unk_token_id]
+            if not pieces:
+                counts["random"] += 1
+                continue
+            counts["copied" if len(pieces) == 1 else "averaged"] += 1
+            weight[index] = old_embeddings[pieces].mean(0)
+            if bias is not None and old_bias is not None:
+                bias[index] = old_bias[pieces].mean()
+    model.tie_weights()
+    return counts
+
+
+def _output_bias(model):
+    out = model.get_output_embeddings()
+    return getattr(out, "bias", None) if out is not None else None
 
 
 def freeze_encoder(model) -> int:
@@ -150,103 +205,3 @@ def train_mlm(model, dataset, collator, training, work: Path, seed: int, stage: 
                  world_size=float(world_size()), tokens_per_second=counter.useful * world_size() / runtime,
                  resumed_from_step=float(int(checkpoint.rsplit("-", 1)[-1])) if checkpoint else 0.0)
     return stats
-
-
-# -- held-out perplexity ------------------------------------------------------------------------ #
-def _word_pieces(tokenizer, text: str, starts: list[int]) -> list[list[int]]:
-    """Token ids of each shared word (by the character offset where each token starts)."""
-    import bisect
-
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-    words: list[list[int]] = [[] for _ in starts]
-    for token, (start, end) in zip(encoded["input_ids"], encoded["offset_mapping"]):
-        index = bisect.bisect_right(starts, start) - 1
-        if index >= 0 and end > start:
-            words[index].append(token)
-    return words
-
-
-def masked_windows(texts: list[str], tokenizers: dict[str, object], max_length: int, probability: float,
-                   seed: int) -> dict[str, list[tuple[list[int], list[int], list[int]]]]:
-    """Per tokenizer, (input ids, labels, word index per label) of the same masked words: each text's words
-    (BERT pre-tokenisation, shared by all tokenizers) are cut into windows that fit ``max_length`` with every
-    tokenizer; ``probability`` of each window's words (at least one) are replaced by [MASK] (all their tokens)."""
-    from tokenizers.pre_tokenizers import BertPreTokenizer
-
-    split = BertPreTokenizer()
-    out: dict[str, list] = {label: [] for label in tokenizers}
-    budget = max_length - 2
-    word_count = 0
-    for doc, text in enumerate(texts):
-        starts = [span[0] for _, span in split.pre_tokenize_str(text)]
-        if not starts:
-            continue
-        pieces = {label: _word_pieces(tok, text, starts) for label, tok in tokenizers.items()}
-        windows: list[list[int]] = [[]]
-        used = dict.fromkeys(tokenizers, 0)
-        for w in range(len(starts)):
-            sizes = {label: len(pieces[label][w]) for label in tokenizers}
-            if max(sizes.values()) > budget:
-                continue
-            if any(used[label] + sizes[label] > budget for label in tokenizers):
-                windows.append([])
-                used = dict.fromkeys(tokenizers, 0)
-            windows[-1].append(w)
-            for label in tokenizers:
-                used[label] += sizes[label]
-        for k, window in enumerate(windows):
-            maskable = [w for w in window if all(pieces[label][w] for label in tokenizers)]
-            if not maskable:
-                continue
-            rng = np.random.default_rng([seed, doc, k])
-            chosen = {w for w in maskable if rng.random() < probability} or {maskable[rng.integers(len(maskable))]}
-            for label, tok in tokenizers.items():
-                ids, labels, owners = [tok.cls_token_id], [-100], []
-                for w in window:
-                    for piece in pieces[label][w]:
-                        ids.append(tok.mask_token_id if w in chosen else piece)
-                        labels.append(piece if w in chosen else -100)
-                        if w in chosen:
-                            owners.append(word_count + w)
-                ids.append(tok.sep_token_id)
-                labels.append(-100)
-                out[label].append((ids, labels, owners))
-        word_count += len(starts)
-    return out
-
-
-def score_windows(model, windows: list[tuple[list[int], list[int], list[int]]], pad_id: int,
-                  batch_size: int = 16) -> dict[str, float]:
-    """Masked-token NLL of ``model`` over ``windows``: per-token loss and perplexity, and per masked word (the
-    sum over its tokens) loss and perplexity."""
-    import torch
-
-    model.eval()
-    token_nll: list[float] = []
-    owners: list[int] = []
-    order = sorted(range(len(windows)), key=lambda i: -len(windows[i][0]))
-    with torch.inference_mode():
-        for lo in range(0, len(order), batch_size):
-            batch = [windows[i] for i in order[lo:lo + batch_size]]
-            longest = max(len(ids) for ids, _, _ in batch)
-            ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
-            labels = torch.full((len(batch), longest), -100, dtype=torch.long)
-            attention = torch.zeros((len(batch), longest), dtype=torch.long)
-            for row, (i, lab, own) in enumerate(batch):
-                ids[row, :len(i)] = torch.tensor(i)
-                labels[row, :len(lab)] = torch.tensor(lab)
-                attention[row, :len(i)] = 1
-                owners.extend(own)
-            where = labels != -100
-            with sparse_prediction(model) as sparse:  # logits of the masked positions only, in row order
-                logits = model(input_ids=ids, attention_mask=attention, labels=labels if sparse else None).logits
-            logits = logits if sparse else logits[where]
-            nll = torch.nn.functional.cross_entropy(logits.float(), labels[where], reduction="none")
-            token_nll.extend(nll.tolist())
-    per_word: dict[int, float] = {}
-    for owner, value in zip(owners, token_nll):
-        per_word[owner] = per_word.get(owner, 0.0) + value
-    loss = float(np.mean(token_nll)) if token_nll else float("nan")
-    word_loss = float(np.mean(list(per_word.values()))) if per_word else float("nan")
-    return {"loss": loss, "perplexity": math.exp(loss), "word_loss": word_loss,
-            "word_perplexity": math.exp(word_loss), "masked_tokens": len(token_nll), "masked_words": len(per_word)}

@@ -1,5 +1,6 @@
-"""KIMERA analysis (paper section 5): heatmaps of the mask and of I_h before/after, the mean I_h of
-retrained vs frozen heads (table 3), and per-layer counts of heads whose importance rose or fell."""
+"""The analysis stage (kimera-analysis, paper section 5): I_h of the KIMERA task model against the mask and the
+first-round I_h, as heatmaps, the mean I_h of retrained vs frozen heads (table 3) and per-layer counts of heads
+whose importance rose or fell. The only module that plots (matplotlib, imported when a plot is drawn)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,28 @@ import json
 from pathlib import Path
 
 import torch
+
+from kinject.api import StageContext, load_task_model, load_tokenizer
+
+from .importance import normalize_importance, score_heads
+from .masks import load_mask
+from .scoring import scoring_set
+from .stages import AnalysisConfig
+
+
+def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
+    """plots/*.png and analysis.json: the final model's I_h on the mask search's scoring set."""
+    scoring = cfg.scoring
+    task, env = scoring.task.build(), scoring.task.environment(ctx)
+    model_dir = ctx.inputs[cfg.model_stage] / "model"
+    tokenizer = load_tokenizer(str(model_dir))
+    head = task.head(env)
+    model = load_task_model(model_dir, head, scoring.attn)
+    raw, _ = score_heads(model, scoring_set(scoring, task, env, tokenizer).batches, head.problem_type)
+    masks_file = ctx.inputs[cfg.mask_stage] / "masks.json"
+    mask = load_mask(masks_file, cfg.kind)
+    before = load_mask(masks_file, "importance", tuple(mask.shape))
+    write_analysis(ctx.out, mask, before, normalize_importance(raw), cfg.kind)
 
 
 def importance_table(mask: torch.Tensor, before: torch.Tensor, after: torch.Tensor) -> dict:

@@ -1,0 +1,53 @@
+"""The pretraining corpus: stream the corpus source, drop test text, deduplicate, and split every
+1/``heldout_fraction``-th text (up to ``heldout_max_texts``) into ``heldout.arrow``, the rest into ``train.arrow``
+(Arrow, written in batches; the texts file of the pack stage, :mod:`kinject.plugins.knowledge.packing`)."""
+
+from __future__ import annotations
+
+import json
+
+from kinject.api import StageContext, is_main_process
+
+from .stages import CorpusStageConfig
+
+
+def corpus_body(cfg: CorpusStageConfig, ctx: StageContext) -> None:
+    from datasets import Features, Value
+    from datasets.arrow_writer import ArrowWriter
+
+    from kinject.api import DataError
+    from kinject.plugins.knowledge.packing import read_texts
+    from kinject.plugins.knowledge.sources.corpus import HeldOutText
+
+    if not is_main_process():
+        return
+    source, env = cfg.source.build(), cfg.source.environment(ctx)
+    held = HeldOutText()
+    for ref in cfg.exclude:
+        held.add_task(ref.build(), ref.environment(ctx), tuple(source.config.splits))
+    every = max(1, round(1 / cfg.heldout_fraction))
+    features = Features({"text": Value("string")})
+    counts = {"train": 0, "heldout": 0}
+    chars = 0
+    writers = {split: ArrowWriter(features=features, path=str(ctx.out / f"{split}.arrow")) for split in counts}
+    try:
+        for i, text in enumerate(source.iter_texts(env, exclude=held)):
+            split = "heldout" if i % every == 0 and counts["heldout"] < cfg.heldout_max_texts else "train"
+            writers[split].write({"text": text})
+            counts[split] += 1
+            chars += len(text)
+        for writer in writers.values():
+            writer.finalize()
+    finally:
+        for writer in writers.values():
+            writer.close()
+    if counts["train"] == 0:
+        raise DataError(f"pretrain corpus: {sum(counts.values())} text(s) left after removing duplicates and test "
+                        "text; need at least 2 (one held out)")
+    stats = {"train_texts": counts["train"], "heldout_texts": counts["heldout"], "chars": chars,
+             "run_task_test_texts": held.texts, **{k.replace(" ", "_"): v for k, v in source.stats.items()}}
+    (ctx.out / "corpus.json").write_text(json.dumps(stats, indent=2, default=str))
+    (ctx.out / "metrics.json").write_text(json.dumps({"corpus": stats}, indent=2, default=str))
+    with open(ctx.out / "heldout.jsonl", "w", encoding="utf-8") as handle:  # for `kinject vocab compare --corpus`
+        for text in read_texts(ctx.out / "heldout.arrow"):
+            handle.write(json.dumps({"text": text}) + "\n")

@@ -1,0 +1,161 @@
+"""The pretrain strategy's plan: what validation resolves (the corpus source, the lengths, whether the base model
+needs an MLM head fit) and the stages built from it. Strategy-side code: no stage's key covers this module."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kinject.api import SourceRef, SpecError, Stage, TaskRef
+from kinject.plugins.knowledge.mlm import MaskingConfig, mlm_model_ref, mlm_stage, pack_stage
+
+from .config import PretrainConfig
+from .corpus import corpus_body
+from .perplexity import perplexity_body
+from .report import report_body
+from .stages import CorpusStageConfig, PerplexityConfig, ReportConfig, VocabConfig
+from .vocab import vocab_body
+
+CORPUS, VOCAB, MLM, EVALUATE = "pretrain-corpus", "pretrain-vocab", "pretrain-mlm", "pretrain-evaluate"
+TASK_EVALUATE = "pretrain-task-evaluate"
+TRAIN_TEXTS = "train.arrow"  # the corpus stage's training texts: the pack stages' texts file
+#: seed of the MLM head fit (pretrain-head): fixed, not mlm_seed, so pretraining seeds share one head stage
+HEAD_SEED = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """What ``PretrainStrategy.validate`` resolved for its stages."""
+
+    source: SourceRef  # the corpus
+    task_modules: tuple[str, ...]  # the modules of the tasks the corpus reads (their readers' code is keyed)
+    exclude: tuple[TaskRef, ...]  # the run's task, when the source does not already hold its test text out
+    max_length: int  # tokens per pretraining sequence
+    positions: int | None = None  # the longest sequence the pretrained model takes (until=corpus: not needed)
+    needs_head: bool = False  # the base model ships no MLM head and head_steps > 0: a head fit comes first
+
+
+def corpus_source(run) -> tuple[SourceRef, tuple[str, ...]]:
+    """The run's corpus source (default: the train/dev text of every task in the data dir, checked here) and the
+    modules of the tasks it reads."""
+    from kinject.plugins.knowledge.sources.corpus import CorpusSource
+
+    if run.sources:
+        source, ref = run.sources[0], run.source_refs()[0]
+    else:
+        source = CorpusSource(tasks=["all"])
+        source.check(run.env)
+        ref = SourceRef.of(source, dataclasses.replace(run.env, limit=None))
+    return ref, tuple(source.task_modules(run.env))
+
+
+def excluded_tasks(run, source: SourceRef) -> tuple[TaskRef, ...]:
+    """The run's task, read in full whatever --limit says, unless the corpus source already holds out every test
+    text of it (then the corpus, and all pretraining after it, is shared by runs on other tasks)."""
+    from kinject.api import registry
+    from kinject.plugins.knowledge.sources.corpus import HeldOutText
+
+    if run.task is None:
+        return ()
+    full = dataclasses.replace(run.env, limit=None)
+    corpus = source.build()
+    mine = HeldOutText()
+    mine.add_task(registry("tasks").get(run.task.name)(run.task.config), full, tuple(corpus.config.splits))
+    return () if mine.keys <= corpus.held_out(full).keys else (TaskRef(**TaskRef.of(run.task, full).model_dump()),)
+
+
+def base_config(run):
+    from transformers import AutoConfig
+
+    ref = run.model_ref()
+    return AutoConfig.from_pretrained(ref.path, revision=ref.revision)
+
+
+def positions(cfg: PretrainConfig, run) -> int:
+    """The longest sequence the pretrained model will take (scratch.positions, else the base model's)."""
+    from kinject.plugins.knowledge.masked_lm import usable_positions
+
+    shape = cfg.scratch
+    return shape.positions if cfg.init == "scratch" and shape.positions else usable_positions(base_config(run))
+
+
+def check_shape(cfg: PretrainConfig, run, positions: int, max_length: int) -> None:
+    """A from-scratch shape's heads, and the pretraining (and fine-tuning) length against the positions."""
+    shape = cfg.scratch
+    if cfg.init == "scratch":
+        config = base_config(run)
+        hidden, heads = shape.hidden or config.hidden_size, shape.heads or config.num_attention_heads
+        if hidden % heads:
+            raise SpecError(f"strategy.scratch: hidden size {hidden} is not a multiple of {heads} heads")
+    where = "strategy.scratch.positions" if cfg.init == "scratch" and shape.positions else \
+        f"model {run.spec.model.name!r}"
+    checks = [("strategy.max_length" if cfg.max_length else "model.max_length", max_length)]
+    if run.task is not None:
+        checks.append(("model.max_length", run.spec.model.max_length))
+    for field, length in checks:
+        if length > positions:
+            raise SpecError(f"{field}: {length} is beyond the {positions} positions of {where}")
+
+
+def pretraining_stages(cfg: PretrainConfig, run, resolved: Resolved) -> list[Stage]:
+    """corpus -> vocab -> pack -> head -> mlm -> evaluate (as far as ``until`` goes)."""
+    stages = [Stage(name=CORPUS, body=corpus_body, code=resolved.task_modules,
+                    artifacts=("corpus.json", "heldout.jsonl"),
+                    config=CorpusStageConfig(source=resolved.source, exclude=list(resolved.exclude),
+                                             heldout_fraction=cfg.heldout_fraction,
+                                             heldout_max_texts=cfg.heldout_max_texts))]
+    if cfg.until == "corpus":
+        return stages
+    vocab = VOCAB if cfg.vocabulary() == "train" else None
+    if vocab:
+        stages.append(Stage(name=vocab, body=vocab_body, inputs=(CORPUS,), artifacts=("tokenizer",),
+                            config=VocabConfig(corpus_stage=CORPUS, size=cfg.vocab_size,
+                                               min_frequency=cfg.vocab_min_frequency,
+                                               alphabet_limit=cfg.vocab_alphabet_limit, lowercase=cfg.vocab_lowercase,
+                                               model_max_length=resolved.positions)))
+    if cfg.until == "vocab":
+        return stages
+    length = resolved.max_length
+    # "pretrain-pack": the base vocabulary (the head fit, and the MLM with vocab=keep), so the head fit is the same
+    # stage whatever the run's vocabulary; "pretrain-pack-vocab": the trained vocabulary
+    packs = {}
+    if resolved.needs_head or not vocab:
+        packs["base"] = pack_stage(run, "pretrain-pack", CORPUS, TRAIN_TEXTS, max_length=length)
+    if vocab:
+        packs["vocab"] = pack_stage(run, "pretrain-pack-vocab", CORPUS, TRAIN_TEXTS, vocab_stage=vocab,
+                                    max_length=length)
+    stages += packs.values()
+    budget = dict(gradient_accumulation=cfg.mlm_gradient_accumulation, warmup_ratio=cfg.mlm_warmup_ratio,
+                  masking=MaskingConfig(probability=cfg.mlm_probability, mask_replace=cfg.mask_replace,
+                                        random_replace=cfg.random_replace))
+    head = None
+    if resolved.needs_head:  # seeded apart from mlm_seed: every pretraining seed starts from one head fit
+        head = mlm_stage(run, "pretrain-head", packs["base"], cfg.head_steps, cfg.head_learning_rate,
+                         cfg.head_batch_size, mode="head", seed=HEAD_SEED, **budget)
+        stages.append(head)
+    stages.append(mlm_stage(run, MLM, packs.get("vocab") or packs["base"], cfg.mlm_steps, cfg.mlm_learning_rate,
+                            cfg.mlm_batch_size, mode=cfg.init, start_stage=head if cfg.init == "continual" else None,
+                            scratch=cfg.scratch.model_dump() if cfg.init == "scratch" else None, seed=cfg.mlm_seed,
+                            allow_random_head=cfg.head_steps == 0, produces_model=True, **budget))
+    reference = head.name if head else None
+    perplexity = PerplexityConfig(corpus_stage=CORPUS, model_stage=MLM, reference=mlm_model_ref(run, length),
+                                  reference_stage=reference, max_length=length, probability=cfg.mlm_probability,
+                                  texts=cfg.eval_max_texts, batch_size=run.spec.training.eval_batch_size)
+    stages.append(Stage(name=EVALUATE, body=perplexity_body, config=perplexity,
+                        inputs=tuple(s for s in (CORPUS, MLM, reference) if s)))
+    return stages
+
+
+def task_stages(cfg: PretrainConfig, run) -> list[Stage]:
+    """Fine-tune the base model (the finetune strategy's stages and keys) and the pretrained one, compare them
+    paired, and report; the task models stay in the cache (the run's model/ is the pretrained encoder)."""
+    from kinject.api import evaluate_stage, finetune_stage
+    from kinject.plugins.evidence.stage import compare_stage
+
+    return [dataclasses.replace(finetune_stage(run), produces_model=False),
+            evaluate_stage(run, "finetune", export=False),
+            dataclasses.replace(finetune_stage(run, "pretrain-finetune", init_from=MLM), produces_model=False),
+            evaluate_stage(run, "pretrain-finetune", name=TASK_EVALUATE),
+            compare_stage(run, baseline="evaluate", other=TASK_EVALUATE, name="pretrain-compare",
+                          labels=(run.spec.model.name, f"pretrain-{cfg.init}")),
+            Stage(name="pretrain-report", body=report_body, inputs=(EVALUATE, TASK_EVALUATE),
+                  config=ReportConfig(perplexity_stage=EVALUATE, task_stage=TASK_EVALUATE))]

@@ -17,27 +17,32 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("KINJECT_PROGRESS", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from kinject.api import Stage, StageConfig, Strategy  # noqa: E402
+
+
+class NoOpConfig(StageConfig):
+    i: int
+
+
+def noop_body(cfg, ctx) -> None:
+    (ctx.out / "done").write_text(str(cfg.i))
+
+
+class NoOp(Strategy):
+    """Ten chained no-op stages."""
+
+    def stages(self, run):
+        return [Stage(name=f"noop{i}", body=noop_body, config=NoOpConfig(i=i), inputs=(f"noop{i - 1}",) if i else ())
+                for i in range(10)]
+
 
 def main() -> None:
     from conftest import write_textcls
 
     from kinject import engine
-    from kinject.interfaces import PluginConfig, Stage, Strategy
-    from kinject.registry import registry
+    from kinject.api import registry
+    from kinject.planning import run_stages
     from kinject.spec import build_spec
-
-    class NoOp(Strategy):
-        """Ten no-op stages."""
-
-        class Config(PluginConfig):
-            pass
-
-        def stages(self, run):
-            out, prev = [], ()
-            for i in range(10):
-                out.append(Stage(name=f"noop{i}", fn=lambda ctx: None, config={"i": i}, inputs=prev))
-                prev = (f"noop{i}",)
-            return out
 
     registry("strategies").register("noop", NoOp)
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,16 +52,14 @@ def main() -> None:
                            "model": {"name": "tiny"}, "cache_dir": str(tmp / "cache")})
         engine.execute(engine.prepare(spec), tmp / "warm")  # fills the cache
         per_stage = []
-        for i in range(5):
+        for _ in range(5):
             run = engine.prepare(spec)
             start = time.perf_counter()
-            for stage, key, folder, cached in engine.plan(run):
-                assert cached
-                engine.run_stage(run, stage, key, folder)
-                run.stage_dirs[stage.name] = folder
-            per_stage.append((time.perf_counter() - start) / 10)
+            results = run_stages(run)  # plan, keys, verified hits, hooks
+            per_stage.append((time.perf_counter() - start) / len(results))
+            assert all(cached for _, cached, _ in results)
         print(f"cached no-op stage: median {statistics.median(per_stage) * 1e3:.2f} ms per stage "
-              "(plan + key + lookup + hooks)")
+              "(plan + key + verified lookup + hooks)")
 
         # whole finetune through the engine vs training directly
         from kinject.models import load_tokenizer, resolve_model

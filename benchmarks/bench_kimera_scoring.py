@@ -2,7 +2,8 @@
 
 A round = forward+backward for head importance over ``importance_examples`` pairs (kimera.importance.score_heads)
 + forward only over the rest of the scoring set (kimera.importance.gated_logits) + the metric and its paired
-bootstrap interval against the unmasked round (kimera.scoring.RoundInterval). Per-pair costs are measured on
+bootstrap interval against the unmasked round (kimera.search_report.round_intervals, in the report stage after
+the search). Per-pair costs are measured on
 the same CAPR dev batches, interleaved (so load changes hit both), and combined into the cost of a round for
 several (importance, metric) sizes. The weights do not change the cost, so the pre-trained minilm with a fresh
 2-class head stands in for the phase-1 model.
@@ -28,7 +29,8 @@ def main() -> None:
     from kinject.models import load_tokenizer, minilm_path
     from kinject.plugins.kimera.importance import gated_logits, score_heads
     from kinject.plugins.kimera.scoring import build_scoring_set
-    from kinject.plugins.kimera.search import RoundInterval
+    from kinject.plugins.kimera.search import RoundPredictions
+    from kinject.plugins.kimera.search_report import round_intervals
     from kinject.registry import registry
     from kinject.stages import build_task_model
 
@@ -72,7 +74,10 @@ def main() -> None:
 
     logits = np.random.default_rng(0).normal(size=(pairs, 2))
     start = time.perf_counter()
-    RoundInterval(task, env, split, "mrr", scoring)(logits, logits + 0.1)
+    observe = RoundPredictions(task, env, split, scoring)
+    observe(0, logits)
+    observe(1, logits + 0.1)
+    round_intervals(task, task.head(env).labels, "mrr", observe.rounds)
     interval = time.perf_counter() - start
     print(f"paired bootstrap interval (2000 resamples, {len(set(e['group'] for e in scoring.examples))} queries): "
           f"{interval:.2f} s per round")

@@ -139,7 +139,7 @@ def module_hashes(roots: list[str], packages: set[str] | None = None) -> dict[st
     return {name: digest for name, digest in sorted(seen.items()) if digest}
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=None)
 def _is_facade(module: str) -> bool:
     origin = _origin(module)
     if origin is None:

@@ -6,6 +6,7 @@ the engine's CONTRACT). See :mod:`kinject.fingerprint` for what the code fingerp
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -48,13 +49,15 @@ class PlannedStage:
 
 
 def _library_versions(names: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for name in names:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "-"
-    return out
+    return {name: _version(name) for name in names}
+
+
+@functools.lru_cache(maxsize=None)
+def _version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "-"
 
 
 def _ref_modules(value: Any) -> list[str]:

@@ -13,7 +13,7 @@ from helpers import fake_distribution
 from helpers import run_kinject as kinject
 
 TOOLS = ("plugins.evidence", ".report", ".analysis", ".cli", "kinject.cli", "matplotlib")
-NOT_TRAINING = ("-compare", "-analysis", "-report", "kimera-mask-hard")  # tools, and a search that reports a CI
+NOT_TRAINING = ("-compare", "-analysis", "-report")  # tools
 
 
 def plans(tmp_path: Path, textcls_dir: Path) -> dict[str, object]:

@@ -76,9 +76,9 @@ def test_random_mask_has_the_searched_count_is_seeded_and_moves_heads():
 def test_random_variant_plans_its_own_mask_stage_after_the_search(tmp_path, textcls_dir, tiny_model):
     run = prepared(tmp_path, textcls_dir, variant="random", mask_seed=5)
     stages = {s.name: s for s in run.stages}
-    assert [s.name for s in run.stages] == ["finetune", "evaluate", "kimera-mask-hard", "kimera-mask-random",
-                                            "kimera-retrain", "kimera-finetune", "kimera-evaluate", "kimera-analysis",
-                                            "kimera-compare"]
+    assert [s.name for s in run.stages] == ["finetune", "evaluate", "kimera-mask-hard", "kimera-search-report",
+                                            "kimera-mask-random", "kimera-retrain", "kimera-finetune",
+                                            "kimera-evaluate", "kimera-analysis", "kimera-compare"]
     assert stages["kimera-mask-random"].inputs == ("kimera-mask-hard",)
     retrain = stages["kimera-retrain"]
     assert retrain.inputs == ("kimera-mask-random",) and retrain.config.mask == "hard"
@@ -183,12 +183,14 @@ def test_until_mask_runs_phase1_and_the_mask_search_only(tmp_path, textcls_dir, 
     from kinject.engine import execute
 
     run = prepared(tmp_path, textcls_dir, variant="hard", until="mask", score_examples=8, score_seed=1)
-    assert [s.name for s in run.stages] == ["finetune", "kimera-mask-hard"]
+    assert [s.name for s in run.stages] == ["finetune", "kimera-mask-hard", "kimera-search-report"]
     assert execute(run, tmp_path / "run") == {}
-    assert json.loads((tmp_path / "run" / "search.json").read_text())["examples"] == 8
+    search = json.loads((tmp_path / "run" / "search.json").read_text())  # the search report's
+    assert search["examples"] == 8 and all("ci_low" in r for r in search["rounds"][1:])
     assert torch.tensor(json.loads((tmp_path / "run" / "masks.json").read_text())["hard"]).shape == (2, 4)
     random_only = prepared(tmp_path, textcls_dir, variant="random", until="mask")
-    assert [s.name for s in random_only.stages] == ["finetune", "kimera-mask-hard", "kimera-mask-random"]
+    assert [s.name for s in random_only.stages] == ["finetune", "kimera-mask-hard", "kimera-search-report",
+                                                    "kimera-mask-random"]
 
 
 def test_retrain_seed_shares_one_retraining_across_run_seeds(tmp_path, textcls_dir, tiny_model):

@@ -51,11 +51,11 @@ def prepared(tmp_path, textcls_dir, tiny_model, **strategy):
 
 @pytest.mark.parametrize("variant,names", [
     ("finetune", ["finetune", "evaluate"]),
-    ("pruned", ["finetune", "evaluate", "kimera-mask-hard", "kimera-pruned-encoder", "kimera-pruned-finetune",
-                "kimera-pruned-evaluate", "kimera-compare"]),
+    ("pruned", ["finetune", "evaluate", "kimera-mask-hard", "kimera-search-report", "kimera-pruned-encoder",
+                "kimera-pruned-finetune", "kimera-pruned-evaluate", "kimera-compare"]),
     ("no-mask", ["finetune", "evaluate", "kimera-retrain", "kimera-finetune", "kimera-evaluate", "kimera-compare"]),
-    ("soft", ["finetune", "evaluate", "kimera-mask-soft", "kimera-retrain", "kimera-finetune", "kimera-evaluate",
-              "kimera-analysis", "kimera-compare"]),
+    ("soft", ["finetune", "evaluate", "kimera-mask-soft", "kimera-search-report", "kimera-retrain", "kimera-finetune",
+              "kimera-evaluate", "kimera-analysis", "kimera-compare"]),
 ])
 def test_stage_plan_per_variant(tmp_path, textcls_dir, tiny_model, variant, names):
     run = prepared(tmp_path, textcls_dir, tiny_model, variant=variant)
@@ -103,12 +103,16 @@ def test_validate_resolves_the_kg_and_stages_name_their_inputs_in_their_configs(
     for stage in run.stages:  # every stage a config names is an input of its stage
         named = {getattr(stage.config, f, None) for f in ("model_stage", "mask_stage")} - {None}
         assert named <= set(stage.inputs), stage.name
-    # the retraining and the random draw are keyed by what computes them: no statistics, plots or planning
+    # the search, the retraining and the random draw are keyed by what computes them: no statistics, plots or
+    # planning; the rounds' bootstrap intervals are the search report's
     code = {p.stage.name: p.record["code"] for p in plan(run)}
-    for name in ("kimera-retrain", "kimera-mask-random"):
-        assert not [m for m in code[name] if any(t in m for t in ("plugins.evidence", "kimera.report", "kimera.search",
-                                                                    "kimera.plan", "kimera.strategy", "matplotlib"))]
-    assert "kinject.plugins.evidence.compare" in code["kimera-mask-hard"]  # its per-round bootstrap interval
+    tools = ("plugins.evidence", "kimera.report", "kimera.search_report", "kimera.plan", "kimera.strategy",
+             "matplotlib")
+    for name in ("kimera-mask-hard", "kimera-retrain", "kimera-mask-random"):
+        assert not [m for m in code[name] if any(t in m for t in tools)], name
+    assert not [m for name in ("kimera-retrain", "kimera-mask-random") for m in code[name] if "kimera.search" in m]
+    assert stages["kimera-search-report"].inputs == ("kimera-mask-hard",)
+    assert "kinject.plugins.evidence.compare" in code["kimera-search-report"]
 
 
 def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):
@@ -141,8 +145,9 @@ def test_end_to_end_hard_mask_run_writes_masks_model_metrics_and_analysis(tmp_pa
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     dirs = {s["name"]: s["dir"] for s in info["stages"]}
     masks = json.loads((Path(dirs["kimera-mask-hard"]) / "masks.json").read_text())
-    search = json.loads((Path(dirs["kimera-mask-hard"]) / "search.json").read_text())
+    search = json.loads((Path(dirs["kimera-search-report"]) / "search.json").read_text())
     assert search["examples"] == 16 and all("ci_low" in r for r in search["rounds"][1:])
+    assert json.loads((tmp_path / "run" / "search.json").read_text()) == search  # the report's, with intervals
     assert search["no_redundant_heads"] == (search["masked_heads"] == 0)
     retrained = json.loads((Path(dirs["kimera-retrain"]) / "retrain.json").read_text())
     assert retrained["mlm_head"] == "random"  # the tiny model ships no MLM head

@@ -1,4 +1,6 @@
-"""A third-party package, pip-installed, adds a strategy and a hook plugin without touching the core."""
+"""Third-party packages, pip-installed, add strategies and a hook plugin without touching the core: `echo` extends
+the built-in fine-tune stage; `kgtext` reads a triples source, adds stages of its own (one with an input) and
+reuses the knowledge library's MLM builders and the kernel's fine-tune builder."""
 
 from __future__ import annotations
 
@@ -10,16 +12,22 @@ from pathlib import Path
 
 import pytest
 
-PLUGIN = Path(__file__).parent / "third_party_plugin"
+PLUGINS = Path(__file__).parent / "third_party_plugin"
+
+
+def installed(tmp_path: Path, *names: str) -> dict:
+    """An environment in which the example plugins ``names`` are pip-installed (into a folder on PYTHONPATH)."""
+    target = tmp_path / "site"
+    for name in names:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                        "--target", str(target), str(PLUGINS / name)], check=True, capture_output=True, timeout=300)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]),
+                COLUMNS="300", ECHO_TRACKER_FILE=str(tmp_path / "events.jsonl"))
 
 
 @pytest.mark.slow
 def test_pip_installed_plugin_is_listed_and_runs(tmp_path, textcls_dir, tiny_model):
-    target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(PLUGIN)], check=True, capture_output=True, timeout=300)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]),
-               COLUMNS="300", ECHO_TRACKER_FILE=str(tmp_path / "events.jsonl"))
+    env = installed(tmp_path, "echo")
     kinject = [sys.executable, "-m", "kinject"]
     listed = subprocess.run([*kinject, "list", "strategies"], env=env, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr
@@ -39,3 +47,28 @@ def test_pip_installed_plugin_is_listed_and_runs(tmp_path, textcls_dir, tiny_mod
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["run_start", "stage_end", "stage_end", "run_end"]
     assert events[0]["strategy"] == "echo"
+
+
+@pytest.mark.slow
+def test_a_third_party_kg_to_text_strategy_reuses_the_public_builders(tmp_path, textcls_dir, tiny_model):
+    from test_mop_strategy import write_kg
+
+    env = installed(tmp_path, "kgtext")
+    kg = write_kg(tmp_path / "kg.tsv")
+    out = tmp_path / "run"
+    ran = subprocess.run([sys.executable, "-m", "kinject", "run", "kgtext", "--task", "textcls", "--model", "tiny",
+                          "--set", f"task.path={textcls_dir}", "--set", "model.max_length=32",
+                          "--set", f'sources=[{{"name": "triples", "path": "{kg}"}}]', "--set", "strategy.mlm_steps=6",
+                          "--set", "strategy.head_steps=3", "--set", "training.epochs=1", "-o", str(out)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    stages = {s["name"]: s for s in json.loads((out / "run.json").read_text())["stages"]}
+    assert list(stages) == ["kgtext-verbalise", "kgtext-coverage", "kgtext-pack", "kgtext-head", "kgtext-mlm",
+                            "kgtext-finetune", "evaluate"]
+    texts = (Path(stages["kgtext-verbalise"]["dir"]) / "texts.jsonl").read_text().splitlines()
+    assert len(texts) == 121 and json.loads(texts[0])["text"].endswith(".")  # every triple, one sentence each
+    mlm = json.loads((Path(stages["kgtext-mlm"]["dir"]) / "train.json").read_text())
+    assert mlm["global_step"] == 6
+    coverage = json.loads((out / "coverage.json").read_text())  # its own stage's artifact, exported
+    assert coverage["examples"] == 16 and 0 <= coverage["share"] <= 1
+    assert {"dev", "test"} <= set(json.loads((out / "metrics.json").read_text()))

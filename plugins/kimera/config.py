@@ -92,10 +92,10 @@ class KimeraConfig(PluginConfig):
                                   "stage is then keyed by the mask's values only, so runs on other tasks or seeds "
                                   "share it, and the retraining after it (the paper: one mask for all evaluations).",
                                   json_schema_extra=FILE_PATH)
-    until: Literal["mask", "all"] = Field("all", description="mask: stop after the mask search (phase-1 fine-tune "
-                                          "and kimera-mask-<kind>; masks.json and search.json go into the run "
-                                          "directory), e.g. to search masks on several score_seed; all: the whole "
-                                          "pipeline.")
+    until: Literal["mask", "all"] = Field("all", description="mask: stop after the mask search (phase-1 fine-tune, "
+                                          "kimera-mask-<kind> and its kimera-search-report; masks.json and "
+                                          "search.json go into the run directory), e.g. to search masks on several "
+                                          "score_seed; all: the whole pipeline.")
     retrain_seed: int | None = Field(None, description="Seed of the KG retraining stage (None: the run seed). "
                                      "Fixed, runs that differ only in seed (--repeats) share one kimera-retrain stage "
                                      "when its mask does not depend on the seed either (no mask, or mask_file) and "

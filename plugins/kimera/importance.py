@@ -113,12 +113,10 @@ class MaskSearch:
         return int((self.mask < 1).sum())
 
 
-Interval = Callable[[np.ndarray, np.ndarray], "dict | None"]
-
-
 def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, metric: Callable[[np.ndarray], float],
                 rho: float = 0.1, tau: float = 0.95, soft: bool = False, max_rounds: int = 50,
-                interval: Interval | None = None, metric_batches: Sequence[dict] = ()) -> MaskSearch:
+                observe: Callable[[int, np.ndarray], None] | None = None,
+                metric_batches: Sequence[dict] = ()) -> MaskSearch:
     """Iteratively mask a proportion ``rho`` of the still-active heads with the lowest importance,
     re-scoring after each step, until the metric falls below ``tau`` x the unmasked metric; returns
     the last mask that kept it. Hard: masked heads get gate 0. Soft: they keep the normalised I_h of
@@ -127,16 +125,13 @@ def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, me
     ``batches`` are scored for importance (forward+backward) and ``metric_batches`` only run forward: the
     metric sees the logits of both, in that order.
 
-    ``interval(baseline_logits, logits)``, when given, returns the round's paired difference to the unmasked
-    round with its confidence interval (``difference``, ``ci_low``, ``ci_high``); it is logged and stored in
-    the round's record with ``threshold_in_ci`` (the stop threshold lies inside the interval: the decision
-    to keep or stop at this round is within the scoring set's noise)."""
+    ``observe(round, logits)``, when given, sees every round's logits (round 0 = unmasked; batch order), e.g. to
+    keep the per-example predictions the rounds' intervals are computed from (:mod:`.search_report`)."""
     layout = head_layout(model)
     mask = torch.ones(layout.num_layers, layout.num_heads)
     active = torch.ones_like(mask, dtype=torch.bool)
     kept = mask.clone()
     search: MaskSearch | None = None
-    baseline_logits = None
     for round_no in range(max_rounds + 1):
         raw, logits = score_heads(model, batches, problem_type, mask)
         if metric_batches:
@@ -151,18 +146,13 @@ def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, me
                                "more score_examples")
         if search is None:
             search = MaskSearch(mask=mask.clone(), baseline=value, first_importance=importance)
-            baseline_logits = logits
+        if observe is not None:
+            observe(round_no, logits)
         ok = value >= tau * search.baseline
-        record = {"round": round_no, "metric": value, "masked": int((~active).sum()), "kept": ok}
-        ci = interval(baseline_logits, logits) if interval is not None and round_no > 0 else None
-        if ci:
-            margin = (tau - 1.0) * search.baseline  # the difference at which the search stops
-            record.update(ci, threshold_in_ci=bool(ci["ci_low"] <= margin <= ci["ci_high"]))
-        search.rounds.append(record)
-        log.info("kimera %s mask round %d: metric=%.4f (threshold %.4f)%s, %d heads masked%s",
-                 "soft" if soft else "hard", round_no, value, tau * search.baseline,
-                 f", vs unmasked {ci['difference']:+.4f} [95% CI {ci['ci_low']:+.4f}, {ci['ci_high']:+.4f}]"
-                 if ci else "", int((~active).sum()), "" if ok else " (below threshold: stop)")
+        search.rounds.append({"round": round_no, "metric": value, "masked": int((~active).sum()), "kept": ok})
+        log.info("kimera %s mask round %d: metric=%.4f (threshold %.4f), %d heads masked%s",
+                 "soft" if soft else "hard", round_no, value, tau * search.baseline, int((~active).sum()),
+                 "" if ok else " (below threshold: stop)")
         if not ok:
             break
         kept = mask.clone()

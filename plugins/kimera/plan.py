@@ -13,13 +13,14 @@ from kinject.api import DataError, SourceRef, SpecError, Stage, evaluate_stage, 
 
 from .config import KimeraConfig
 from .stages import (AnalysisConfig, GivenMaskConfig, MaskConfig, PrunedConfig, RandomMaskConfig, RetrainConfig,
-                     ScoringConfig)
+                     ScoringConfig, SearchReportConfig)
 
 log = logging.getLogger("kinject")
 
 PHASE1 = "finetune"  # the phase-1 task model (the finetune baseline's stage and key)
 RETRAIN, FINETUNE, EVALUATE = "kimera-retrain", "kimera-finetune", "kimera-evaluate"
 PRUNED, PRUNED_FINETUNE, PRUNED_EVALUATE = "kimera-pruned-encoder", "kimera-pruned-finetune", "kimera-pruned-evaluate"
+SEARCH_REPORT = "kimera-search-report"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,17 +116,32 @@ def scoring_config(run, cfg: KimeraConfig) -> ScoringConfig:
                          seed=cfg.score_seed)
 
 
-def mask_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]:
-    """``kimera-mask-<kind>`` (searched on the phase-1 model, or strategy.mask_file's), then, for variant random,
-    ``kimera-mask-random``: the last one's masks.json is the mask the run uses."""
-    stages = [mask_stage(run, cfg, resolved, mask_kind(cfg))]
-    if cfg.variant == "random":
-        from .masks import random_mask_body
+def mask_stages(run, cfg: KimeraConfig, resolved: Resolved) -> tuple[list[Stage], str]:
+    """:func:`mask_search` of the variant's kind, then, for variant random, ``kimera-mask-random``; and the name of
+    the stage whose masks.json is the mask the run uses (the last mask stage)."""
+    stages = mask_search(run, cfg, resolved, mask_kind(cfg))
+    if cfg.variant != "random":
+        return stages, stages[0].name
+    from .masks import random_mask_body
 
-        stages.append(Stage(name="kimera-mask-random", body=random_mask_body, inputs=(stages[0].name,),
-                            config=RandomMaskConfig(seed=cfg.mask_seed, mask_stage=stages[0].name),
-                            artifacts=("random.json",)))
-    return stages
+    stages.append(Stage(name="kimera-mask-random", body=random_mask_body, inputs=(stages[0].name,),
+                        config=RandomMaskConfig(seed=cfg.mask_seed, mask_stage=stages[0].name),
+                        artifacts=("random.json",)))
+    return stages, stages[-1].name
+
+
+def mask_search(run, cfg: KimeraConfig, resolved: Resolved, kind: str) -> list[Stage]:
+    """``kimera-mask-<kind>`` (searched on the phase-1 model, or strategy.mask_file's) and, for a search, the
+    ``kimera-search-report`` of its rounds (the one that computes with kinject.plugins.evidence, so editing the
+    statistics re-keys no mask and no training)."""
+    mask = mask_stage(run, cfg, resolved, kind)
+    if resolved.masks is not None:
+        return [mask]
+    from .search_report import search_report_body
+
+    report = Stage(name=SEARCH_REPORT, body=search_report_body, inputs=(mask.name,), artifacts=("search.json",),
+                   config=SearchReportConfig(task=run.task_ref(), search_stage=mask.name))
+    return [mask, report]
 
 
 def mask_stage(run, cfg: KimeraConfig, resolved: Resolved, kind: str) -> Stage:
@@ -146,7 +162,7 @@ def mask_stage(run, cfg: KimeraConfig, resolved: Resolved, kind: str) -> Stage:
     config = MaskConfig(kind=kind, tau=cfg.tau, rho=cfg.rho, max_rounds=cfg.max_rounds,
                         scoring=scoring_config(run, cfg), finetuned_model=given, model_stage=None if given else PHASE1)
     return Stage(name=name, body=mask_body, config=config, inputs=() if given else (PHASE1,),
-                 artifacts=("masks.json", "search.json"))
+                 artifacts=("masks.json",))  # search.json: kimera-search-report's, with the rounds' intervals
 
 
 def retraining_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]:
@@ -155,8 +171,7 @@ def retraining_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]
     from .retrain import retrain_body
 
     mask, forward, scratch = cfg.settings()
-    stages = mask_stages(run, cfg, resolved) if mask != "none" else []
-    masks = stages[-1].name if stages else None
+    stages, masks = mask_stages(run, cfg, resolved) if mask != "none" else ([], None)
     training = run.spec.training
     config = RetrainConfig(
         model=run.model_ref(), seed=retrain_seed(run, cfg), mask=mask, mask_stage=masks, forward_mask=forward,
@@ -178,12 +193,13 @@ def retraining_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]
 
 
 def pruned_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]:
-    """``kimera-mask-hard``, ``kimera-pruned-encoder`` (its redundant heads removed from the pre-trained encoder),
-    ``kimera-pruned-finetune`` and ``kimera-pruned-evaluate``."""
+    """``kimera-mask-hard`` (+ its search report), ``kimera-pruned-encoder`` (its redundant heads removed from the
+    pre-trained encoder), ``kimera-pruned-finetune`` and ``kimera-pruned-evaluate``."""
     from .pruning import pruned_body
 
-    searched = mask_stage(run, cfg, resolved, "hard")
-    pruned = Stage(name=PRUNED, body=pruned_body, config=PrunedConfig(model=run.model_ref(), mask_stage=searched.name),
-                   inputs=(searched.name,), produces_model=True)
-    return [searched, pruned, finetune_stage(run, PRUNED_FINETUNE, init_from=PRUNED),
+    searched = mask_search(run, cfg, resolved, "hard")
+    masks = searched[0].name
+    pruned = Stage(name=PRUNED, body=pruned_body, config=PrunedConfig(model=run.model_ref(), mask_stage=masks),
+                   inputs=(masks,), produces_model=True)
+    return [*searched, pruned, finetune_stage(run, PRUNED_FINETUNE, init_from=PRUNED),
             evaluate_stage(run, PRUNED_FINETUNE, name=PRUNED_EVALUATE)]

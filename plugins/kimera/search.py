@@ -1,15 +1,17 @@
 """The mask-search stage (kimera-mask-hard / kimera-mask-soft): head importance and the iterative mask search on
-the scoring set, each round's metric with a paired bootstrap interval against the unmasked round's, and a loud
-warning when no head is redundant."""
+the scoring set, each round's per-example predictions (for the rounds' intervals, which kimera-search-report
+computes), and a loud warning when no head is redundant."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 
-from kinject.api import KinjectError, StageContext, load_task_model, load_tokenizer
+from kinject.api import KinjectError, StageContext, load_task_model, load_tokenizer, plain
 
 from .importance import search_mask
 from .masks import save_masks
@@ -18,9 +20,12 @@ from .stages import MaskConfig
 
 log = logging.getLogger("kinject")
 
+ROUND_PREDICTIONS = "round-predictions.jsonl.gz"  # one line per search round: {"round", "records"}
+
 
 def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
-    """masks.json (the mask + the first-round ``importance``) and search.json (every round, the stop, warnings)."""
+    """masks.json (the mask + the first-round ``importance``), search.json (every round, the stop, warnings) and
+    the rounds' prediction records (:data:`ROUND_PREDICTIONS`, when the task gives per-example predictions)."""
     scoring = cfg.scoring
     task, env = scoring.task.build(), scoring.task.environment(ctx)
     model_dir = cfg.finetuned_model.path if cfg.finetuned_model else ctx.inputs[cfg.model_stage] / "model"
@@ -32,11 +37,13 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
     def metric(logits) -> float:
         return task.score(scoring.split, chosen.examples, chosen.features, chosen.restore(logits), env)[scoring.metric]
 
-    interval = RoundInterval(task, env, scoring.split, scoring.metric, chosen)
+    predictions = RoundPredictions(task, env, scoring.split, chosen)
     result = search_mask(model, chosen.batches, head.problem_type, metric, cfg.rho, cfg.tau,
-                         soft=cfg.kind == "soft", max_rounds=cfg.max_rounds, interval=interval,
+                         soft=cfg.kind == "soft", max_rounds=cfg.max_rounds, observe=predictions,
                          metric_batches=chosen.metric_batches)
     save_masks(ctx.out / "masks.json", **{cfg.kind: result.mask, "importance": result.first_importance})
+    if predictions.rounds:
+        write_round_predictions(ctx.out / ROUND_PREDICTIONS, predictions.rounds)
     threshold = cfg.tau * result.baseline
     warning = None
     if result.redundant == 0:
@@ -45,56 +52,56 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
     importance = sum(len(b["input_ids"]) for b in chosen.batches)
     summary = {"kind": cfg.kind, "metric": scoring.metric, "split": scoring.split, "examples": len(chosen.features),
                "importance_examples": importance,
-               "units": next((r["units"] for r in result.rounds if "units" in r), None),
+               "units": len(predictions.rounds[0]) if predictions.rounds else None,
                "baseline": result.baseline, "tau": cfg.tau, "threshold": threshold, "rho": cfg.rho,
                "stopped": result.stopped, "rounds": result.rounds, "masked_heads": result.redundant,
                "heads": int(result.mask.numel()), "no_redundant_heads": result.redundant == 0, "warning": warning}
     (ctx.out / "search.json").write_text(json.dumps(summary, indent=2))
 
 
-class RoundInterval:
-    """``interval(baseline_logits, logits)`` for :func:`importance.search_mask`: the round's metric minus the
-    unmasked round's, with a paired bootstrap interval over the scoring set's evaluation units (queries for
-    retrieval, examples otherwise), computed by kinject.plugins.evidence from the task's per-example predictions.
+class RoundPredictions:
+    """``observe(round, logits)`` for :func:`importance.search_mask`: each round's per-example prediction records
+    on the scoring set (``task.predictions``: one per evaluation unit, a query for retrieval), in ``rounds``.
 
-    A task without per-example predictions, or a metric that cannot be recomputed from them, gives no
-    interval (one warning, then None).
-    """
+    A task without per-example predictions gives none (one warning: the rounds get no confidence interval)."""
 
-    def __init__(self, task, env, split: str, metric: str, scoring: ScoringSet, resamples: int = 2000,
-                 confidence: float = 0.95, seed: int = 0):
-        self.task, self.env, self.split, self.metric, self.scoring = task, env, split, metric, scoring
-        self.resamples, self.confidence, self.seed = resamples, confidence, seed
-        self._baseline: list[dict] | None = None
+    def __init__(self, task, env, split: str, scoring: ScoringSet):
+        self.task, self.env, self.split, self.scoring = task, env, split, scoring
+        self.rounds: list[list[dict]] = []
         self.disabled = False
 
-    def records(self, logits: np.ndarray) -> list[dict]:
-        s = self.scoring
-        return self.task.predictions(self.split, s.examples, s.features, s.restore(logits), self.env)
-
-    def __call__(self, baseline_logits: np.ndarray, logits: np.ndarray) -> dict | None:
+    def __call__(self, round_no: int, logits: np.ndarray) -> None:
         if self.disabled:
-            return None
-        from kinject.plugins.evidence.compare import pair
-        from kinject.plugins.evidence.metrics import define, task_metric_refs
-
+            return
+        s = self.scoring
         try:
-            if self._baseline is None:
-                self._baseline = self.records(baseline_logits)
-            definition = define(self.metric, task_metric_refs(self.task), self.task.head(self.env).labels)
-            _, row = pair(definition, {0: self._baseline}, [{0: self.records(logits)}], self.resamples,
-                          self.confidence, self.seed)
+            records = plain(self.task.predictions(self.split, s.examples, s.features, s.restore(logits), self.env))
         except (NotImplementedError, KinjectError, ValueError) as exc:
             log.warning("kimera mask search: no confidence interval for the rounds (%s)",
                         str(exc) or type(exc).__name__)
-            self.disabled = True
-            return None
-        return {"difference": row["difference"], "ci_low": row["ci_low"], "ci_high": row["ci_high"],
-                "confidence": self.confidence, "units": len(self._baseline)}
+            self.disabled, self.rounds = True, []
+            return
+        self.rounds.append(records)
+
+
+def write_round_predictions(path: Path, rounds: list[list[dict]]) -> None:
+    """Every round's records, gzipped JSON lines (no timestamp in the header: same rounds, same bytes)."""
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as handle:
+        for round_no, records in enumerate(rounds):
+            handle.write((json.dumps({"round": round_no, "records": records}) + "\n").encode("utf-8"))
+
+
+def read_round_predictions(path: Path) -> list[list[dict]]:
+    """The records of :func:`write_round_predictions`, round 0 first ([] when the file does not exist)."""
+    if not Path(path).exists():
+        return []
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return [json.loads(line)["records"] for line in handle if line.strip()]
 
 
 def no_redundant_head_warning(kind: str, metric: str, rounds: list[dict], threshold: float) -> str:
-    """The loud message for a search that marked no head redundant (the retraining then moves no head)."""
+    """The loud message for a search that marked no head redundant (the retraining then moves no head); with round
+    1's interval when its record has one (kimera-search-report)."""
     first = rounds[1] if len(rounds) > 1 else rounds[0]
     ci = (f", {first['difference']:+.4f} vs unmasked [95% CI {first['ci_low']:+.4f}, {first['ci_high']:+.4f}]"
           if "ci_low" in first else "")

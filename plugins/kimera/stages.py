@@ -1,7 +1,8 @@
 """KIMERA's stage configs: what each stage's key holds, including the names of the stages it reads.
 
 The bodies live by concern: :mod:`.search` (kimera-mask-hard/soft), :mod:`.masks` (kimera-mask-random, a given
-mask), :mod:`.retrain` (kimera-retrain), :mod:`.pruning` (kimera-pruned-encoder), :mod:`.report` (kimera-analysis).
+mask), :mod:`.retrain` (kimera-retrain), :mod:`.pruning` (kimera-pruned-encoder), :mod:`.search_report`
+(kimera-search-report), :mod:`.report` (kimera-analysis).
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ class MaskConfig(StageConfig):
     scoring: ScoringConfig
     finetuned_model: ModelRef | None = None  # a given task model instead of model_stage's
     model_stage: str | None = None  # the input stage whose model/ is scored (None: finetuned_model)
+
+
+class SearchReportConfig(StageConfig):
+    """Each mask-search round's metric minus the unmasked round's, with a paired bootstrap interval."""
+
+    task: TaskRef
+    search_stage: str  # the input stage whose search.json and round predictions are read
+    resamples: int = 2000
+    confidence: float = 0.95
+    seed: int = 0
 
 
 class RandomMaskConfig(StageConfig):

@@ -1,9 +1,10 @@
 """The `kimera` strategy: head importance and mask -> KG retraining under the mask -> fine-tune -> evaluate.
 
 Stages (each cached): ``finetune`` + ``evaluate`` (phase 1, shared with the finetune baseline and evaluated as the
-baseline), ``kimera-mask-<kind>`` (importance + iterative mask search), ``kimera-retrain`` (multi-task KG training
-from the pre-trained model), ``kimera-finetune`` + ``kimera-evaluate`` (phase 3), ``kimera-analysis`` (heatmaps,
-table 3) and ``kimera-compare`` (KIMERA vs the phase-1 baseline, paired over the same test examples). Baselines in
+baseline), ``kimera-mask-<kind>`` (importance + iterative mask search) + ``kimera-search-report`` (each round's
+paired interval), ``kimera-retrain`` (multi-task KG training from the pre-trained model), ``kimera-finetune`` +
+``kimera-evaluate`` (phase 3), ``kimera-analysis`` (heatmaps, table 3) and ``kimera-compare`` (KIMERA vs the
+phase-1 baseline, paired over the same test examples). Baselines in
 the same plugin: ``variant: finetune`` and ``variant: pruned`` (the hard mask's heads physically removed with
 ``prune_heads``, then fine-tuned and evaluated). Controls: ``variant: random`` (``kimera-mask-random``: the
 searched hard mask's count of redundant heads at random places), ``mask_file`` (a given mask instead of the
@@ -42,7 +43,7 @@ class KimeraStrategy(Strategy):
             return [finetune_stage(run), evaluate_stage(run, PHASE1)]
         phase1 = [] if cfg.finetuned_model else [finetune_stage(run)]
         if cfg.until == "mask":  # the mask search only (and the random draw after it)
-            return phase1 + mask_stages(run, cfg, resolved)
+            return phase1 + mask_stages(run, cfg, resolved)[0]
         phase1 += [evaluate_stage(run, PHASE1, export=False)] if phase1 else []
         if cfg.variant == "pruned":
             stages, final = phase1 + pruned_stages(run, cfg, resolved), PRUNED_EVALUATE

@@ -1,7 +1,8 @@
 """A strategy from outside kinject: fine-tunes like the baseline and leaves a note, then evaluates.
 
-It shows how a third party extends a built-in stage under the declared-stage contract: subclass the stage's
-config (the new field is then part of the cache key) and wrap its module-level body.
+It shows how a third party extends the built-in fine-tune stage under the declared-stage contract: subclass its
+config (the new field is then part of the cache key, the module part of its code fingerprint) and override one of
+its extension points; the stage keeps the shared body.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from kinject.api import FinetuneConfig, PluginConfig, Stage, Strategy, finetune_
 class EchoFinetuneConfig(FinetuneConfig):
     note: str
 
-
-def echo_finetune_body(cfg: EchoFinetuneConfig, ctx) -> None:
-    (ctx.out / "note.txt").write_text(cfg.note)
-    finetune_body(cfg, ctx)
+    def save_model(self, model, tokenizer, folder, ctx) -> None:
+        (ctx.out / "note.txt").write_text(self.note)
+        super().save_model(model, tokenizer, folder, ctx)
 
 
 class EchoStrategy(Strategy):
@@ -31,5 +31,5 @@ class EchoStrategy(Strategy):
 
         base = finetune_stage(run)
         config = EchoFinetuneConfig(**dict(base.config), note=self.config.note)
-        return [Stage(name=base.name, body=echo_finetune_body, config=config, produces_model=True),
+        return [Stage(name=base.name, body=finetune_body, config=config, produces_model=True),
                 evaluate_stage(run)]

@@ -53,6 +53,7 @@ class RunContext:
     members: list[tuple[str, "RunContext | None", str]] = field(default_factory=list)  # task groups
     command: list[str] | None = None
     recommended: dict[str, Any] = field(default_factory=dict)  # the task's settings applied to this spec
+    protocol: dict[str, Any] = field(default_factory=dict)  # the strategy's protocol preset applied to it
     output: Path | None = None  # the run folder, once the run executes
     resolved: Any = None  # what the strategy's validate returned, for its stages
     _refs: dict[str, Any] = field(default_factory=dict)
@@ -146,6 +147,7 @@ def _resolve_model(spec: RunSpec, env: Environment) -> str:
 def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = None) -> RunContext:
     """Resolve and check everything that can fail on user input - spec, data, sources, the strategy's
     own checks and its stage plan - before any stage starts or anything is written."""
+    spec, protocol = _apply_protocol(spec)
     task, strategy, sources = resolve_components(spec)
     applied: dict[str, Any] = {}
     if task is not None and not isinstance(task, TaskGroup):
@@ -159,7 +161,7 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     check_writable(env.cache_dir, "stage cache")
     model_path = _resolve_model(spec, env)
     run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,
-                     resume=resume, command=command, recommended=applied)
+                     resume=resume, command=command, recommended=applied, protocol=protocol)
     if isinstance(task, TaskGroup):
         run.members = _prepare_members(run)
         return run
@@ -193,6 +195,23 @@ def plugin_code(kind: str, plugin: Any) -> Iterator[None]:
             where = ""
         raise PluginLoadError(f"{SINGULAR[kind]} {plugin.name!r}{where}: {type(exc).__name__}: {exc} (a package it "
                               "needs is missing or broken)") from None
+
+
+def _apply_protocol(spec: RunSpec) -> tuple[RunSpec, dict[str, Any]]:
+    """The spec with its strategy's ``protocol`` preset applied (``kinject``: none)."""
+    from kinject.errors import UnknownNameError
+    from kinject.spec import apply_protocol
+
+    if spec.protocol == "kinject":
+        return spec, {}
+    try:
+        cls = registry("strategies").get(spec.strategy.name)
+    except UnknownNameError as exc:
+        raise type(exc)(f"strategy.name: {exc}") from None
+    if spec.protocol not in cls.protocols:
+        known = ", ".join(["kinject", *cls.protocols])
+        raise SpecError(f"protocol: strategy {spec.strategy.name!r} has no {spec.protocol!r} protocol (has: {known})")
+    return apply_protocol(spec, cls.protocols[spec.protocol])
 
 
 def _prepare_members(run: RunContext) -> list[tuple[str, RunContext | None, str]]:
@@ -379,6 +398,7 @@ def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, me
 
     note = type(run.task).recommended_note if run.task is not None else ""
     info = {"spec": resolved, "command": run.command, "recommended": {"applied": run.recommended, "how": note},
+            "protocol": {"name": run.spec.protocol, "applied": run.protocol},
             "stages": records, "versions": _versions(),
             "git_sha": _git_sha(), "seed": run.spec.seed, "data": describe_data(run),
             "model_path": run.model_path, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

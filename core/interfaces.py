@@ -322,6 +322,9 @@ class Strategy(Component):
 
     consumes: ClassVar[frozenset[str]] = frozenset()
     needs_task: ClassVar[bool] = True  # False: the strategy can run without a downstream task
+    #: named hyper-parameter presets, e.g. {"paper": {"strategy": {...}, "training": {...}, "model": {...}}}: a run's
+    #: ``protocol`` applies one to every field the run does not set (each method's docs list where they differ)
+    protocols: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {}
 
     def validate(self, run: "RunContext") -> Any:
         """Raise a KinjectError for anything in the spec, data or sources the strategy cannot use, and return what

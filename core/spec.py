@@ -11,7 +11,7 @@ __kinject_fingerprint__ = False  # contract: settings are keyed as config values
 import copy
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -68,6 +68,13 @@ class TrainingSpec(StrictModel):
                               "natively (a GPU with bf16, a CPU with AVX512-BF16 or AMX: ~1.2-1.5x training, "
                               "~1.3-1.9x evaluation; docs/benchmarks.md), off elsewhere; run.json records the "
                               "value used, and stage keys hold it.")
+    selection: Literal["best", "last"] = Field("best", description="Fine-tuning keeps the weights of its best dev "
+                                                "score (the task's selection metric; scored after every epoch, or every "
+                                                "select_every steps: one dev pass each) or its last weights.")
+    select_every: int | None = Field(None, ge=1, description="With selection=best: score dev every N optimiser steps "
+                                     "(unset: after every epoch).")
+    patience: int | None = Field(None, ge=1, description="With selection=best: stop after this many dev scores "
+                                 "without improvement (unset: train the whole budget).")
     limit: int | None = Field(None, ge=1, description="Cap every split at N examples (smoke runs).")
     eval_splits: list[str] | None = Field(None, description="Splits the evaluate stage scores (default: the "
                                           "task's evaluation splits, e.g. dev and test).")
@@ -76,6 +83,17 @@ class TrainingSpec(StrictModel):
         """These settings as a training stage holds them: ``limit`` lives in the task reference and
         ``eval_splits`` belongs to evaluation, so neither reaches (or keys) a training stage."""
         return self.model_copy(update={"limit": None, "eval_splits": None})
+
+    #: settings that belong to fine-tuning a task model, not to a method's own stages (knowledge retraining,
+    #: adapters, distillation, masked-LM): a task's recommended head rate must not leak into them
+    FINETUNING_ONLY: ClassVar[dict[str, Any]] = {"head_learning_rate": None, "min_steps": None, "eval_steps": None,
+                                                 "selection": "last", "select_every": None, "patience": None}
+
+    def for_method_stage(self, **settings: Any) -> "TrainingSpec":
+        """These settings for one of a method's own stages: the fine-tuning-only ones reset (head learning rate,
+        minimum steps, dev scoring and selection) and ``settings`` applied - each stage owns its budget."""
+        update = {**self.FINETUNING_ONLY, **settings}
+        return TrainingSpec.model_validate({**self.for_training().model_dump(), **update})
 
 
 class TrainingOverrides(StrictModel):
@@ -94,9 +112,12 @@ class TrainingOverrides(StrictModel):
         """The fields given a value here."""
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
-    def apply(self, base: TrainingSpec) -> TrainingSpec:
-        """``base`` with the fields set here replaced, as a training stage holds it."""
-        return TrainingSpec.model_validate({**base.for_training().model_dump(), **self.set_fields()})
+    def apply(self, base: TrainingSpec, method_stage: bool = False) -> TrainingSpec:
+        """``base`` with the fields set here replaced, as a training stage holds it; ``method_stage``: for one of a
+        method's own stages (distillation...), which does not inherit the fine-tuning-only settings
+        (:meth:`TrainingSpec.for_method_stage`)."""
+        start = base.for_method_stage() if method_stage else base.for_training()
+        return TrainingSpec.model_validate({**start.model_dump(), **self.set_fields()})
 
 
 def resolve_precision(spec: "RunSpec") -> "RunSpec":
@@ -128,6 +149,27 @@ def apply_recommended(spec: "RunSpec", recommended: dict[str, dict[str, Any]]) -
     return (spec.model_copy(update=update) if update else spec), applied
 
 
+def apply_protocol(spec: "RunSpec", presets: dict[str, dict[str, Any]]) -> tuple["RunSpec", dict[str, Any]]:
+    """``spec`` with a strategy's protocol preset (``{"strategy"|"model"|"training": {field: value}}``) applied to
+    every field the spec does not set; the applied fields count as set (a task's recommended values do not
+    override them). Returns (spec, {field path: value applied})."""
+    applied: dict[str, Any] = {}
+    update: dict[str, Any] = {}
+    for section in ("model", "training"):
+        current = getattr(spec, section)
+        values = {k: v for k, v in presets.get(section, {}).items() if k not in current.model_fields_set}
+        if values:
+            update[section] = type(current).model_validate({**current.model_dump(), **values})
+            update[section].__pydantic_fields_set__ = set(current.model_fields_set) | set(values)
+            applied.update({f"{section}.{k}": v for k, v in values.items()})
+    options = spec.strategy.options()
+    values = {k: v for k, v in presets.get("strategy", {}).items() if k not in options}
+    if values:
+        update["strategy"] = PluginRef(name=spec.strategy.name, **options, **values)
+        applied.update({f"strategy.{k}": v for k, v in values.items()})
+    return (spec.model_copy(update=update) if update else spec), applied
+
+
 class PluginRef(BaseModel):
     """A plugin by name plus its config fields (validated by the plugin's own Config)."""
 
@@ -153,6 +195,9 @@ class RunSpec(StrictModel):
     data_dir: Path | None = Field(None, description="Datasets folder (else $KINJECT_DATA_DIR, else user cache).")
     recommended: bool = Field(True, description="Start from the task's recommended settings (epochs, learning "
                               "rate, max length, pooling...; `kinject info TASK`) for every field not set here.")
+    protocol: str = Field("kinject", description="kinject: the defaults (tuned for this scale); paper: the strategy's "
+                          "paper protocol (its hyperparameters where they apply; `kinject info STRATEGY`) for every "
+                          "field not set here, before the task's recommended settings.")
     cache_dir: Path | None = Field(None, description="Stage cache (else $KINJECT_CACHE_DIR, else user cache).")
 
 

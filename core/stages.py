@@ -192,9 +192,12 @@ def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
                              cfg.model.pooling)
     model = cfg.prepare_model(model, ctx)
     features = task.featurize(tokenizer, task.examples(task.train_split, env), cfg.model.max_length, env)
-    scorer = dev_scorer(task, env, tokenizer, cfg.model.max_length, cfg.training) if cfg.training.eval_steps else None
+    selecting = cfg.training.selection == "best" and "dev" in task.eval_splits  # never select on test
+    scorer = dev_scorer(task, env, tokenizer, cfg.model.max_length, cfg.training) \
+        if cfg.training.eval_steps or selecting else None
     stats = train(model, features, task.collator(tokenizer), cfg.training, ctx.work, cfg.seed, stage=ctx.name,
-                  resume=ctx.resume, scorer=scorer, trainer_cls=cfg.trainer_class(head))
+                  resume=ctx.resume, scorer=scorer, trainer_cls=cfg.trainer_class(head),
+                  selection_metric=task.selection_metric() if selecting else None)
     stats["trainable_parameters"] = float(sum(p.numel() for p in model.parameters() if p.requires_grad))
     if is_main_process():
         cfg.save_model(model, tokenizer, ctx.out / "model", ctx)

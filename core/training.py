@@ -251,11 +251,12 @@ def quiet_progress(trainer) -> None:
 
 def train(model, features, collator: Callable, training: TrainingSpec, work: Path, seed: int,
           stage: str = "train", resume: bool = False, trainer_cls=None, scorer: Callable | None = None,
-          **arg_overrides: Any) -> dict[str, float]:
+          selection_metric: str | None = None, **arg_overrides: Any) -> dict[str, float]:
     """Train ``model`` in place on ``features`` (a list of feature dicts, or a ``datasets.Dataset`` with a
     ``length`` column, which stays memory-mapped). Returns training stats (loss, samples/s, useful-token
     fraction). Checkpoints go to ``work``; ``resume`` restarts from the last one there. ``scorer(model)``
-    (see :func:`dev_scorer`) is called every ``training.eval_steps`` steps."""
+    (see :func:`dev_scorer`) is called every ``training.eval_steps`` steps; with ``training.selection`` best and a
+    ``selection_metric``, it also selects the best model on dev (:mod:`kinject.selection`; ``stats["selection"]``)."""
     from transformers import Trainer, set_seed
 
     set_seed(seed)
@@ -269,16 +270,25 @@ def train(model, features, collator: Callable, training: TrainingSpec, work: Pat
     trainer_cls = with_length_buckets(trainer_cls or Trainer)
     dataset = features if hasattr(features, "column_names") else to_dataset(features)
     optimizers = (head_optimizer(model, training), None) if training.head_learning_rate else (None, None)
-    trainer = trainer_cls(model=model, args=args, train_dataset=dataset, data_collator=counter,
-                          callbacks=[HookCallback(stage, scorer, training.eval_steps)], optimizers=optimizers)
-    quiet_progress(trainer)
     checkpoint = last_checkpoint(work) if resume else None
+    callbacks = [HookCallback(stage, scorer, training.eval_steps)]
+    selecting = training.selection == "best" and scorer is not None and selection_metric is not None
+    if selecting:
+        from kinject.selection import DevSelection
+
+        callbacks.append(DevSelection(scorer, selection_metric, work, training.select_every, training.patience,
+                                      checkpoint))
+    trainer = trainer_cls(model=model, args=args, train_dataset=dataset, data_collator=counter,
+                          callbacks=callbacks, optimizers=optimizers)
+    quiet_progress(trainer)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     stats = {k: float(v) for k, v in result.metrics.items() if isinstance(v, (int, float))}
     stats["useful_token_fraction"] = counter.useful_fraction
     stats["global_step"] = float(result.global_step)
     stats["world_size"] = float(args.world_size)
     stats["resumed_from_step"] = float(int(checkpoint.rsplit("-", 1)[-1])) if checkpoint else 0.0
+    if selecting:
+        stats["selection"] = callbacks[-1].summary()
     return stats
 
 
@@ -370,8 +380,9 @@ def predict_here(model, features: list[dict], collator: Callable, batch_size: in
 
 
 def dev_scorer(task, env, tokenizer, max_length: int, training: TrainingSpec) -> Callable:
-    """``scorer(model) -> metrics`` on the task's first evaluation split (for ``training.eval_steps``)."""
-    split = task.eval_splits[0]
+    """``scorer(model) -> metrics`` on the task's dev split (its first evaluation split when it has none named dev;
+    for ``training.eval_steps`` and ``training.selection``)."""
+    split = "dev" if "dev" in task.eval_splits else task.eval_splits[0]
     examples = task.examples(split, env)
     features = task.featurize(tokenizer, examples, max_length, env)
     collator = task.collator(tokenizer)

@@ -114,7 +114,7 @@ def classifier_dir(base: Path, target: Path, labels: tuple[str, ...]) -> Path:
     ({"teacher": "LABELS"}, "strategy.teacher: the fine-tuned teacher"),
     ({"teacher": "tiny", "beta1": 1.5}, "strategy.beta1: Input should be less than or equal to 1"),
     ({"teacher": "tiny", "gamma": 1.2}, "strategy.gamma: Input should be less than or equal to 1"),
-    ({"teacher": "tiny", "gamma": 0.4}, "strategy.gamma: int(gamma x epochs) = int(0.4 x 2.0) = 0"),
+    ({"teacher": "tiny", "gamma": 0.05}, "strategy.gamma: int(gamma x steps) = int(0.05 x 6) = 0"),
     ({"variant": "kd"}, "strategy.teacher: variant 'kd' distils from a teacher"),
     ({"teacher": "tiny", "analysis_split": "nope"}, "strategy.analysis_split"),
     ({"teacher": "tiny", "train_teacher": "never"}, "is not a fine-tuned sequence classifier"),
@@ -184,7 +184,7 @@ def test_end_to_end_with_a_teacher_of_another_tokenizer_and_width(tmp_path, text
     l_at = metrics["l_at"]
     assert l_at["width"] == width and 0 <= l_at["after"] <= width and 0 <= l_at["before"] <= width
     assert l_at["examples"] == 16
-    assert metrics["train"]["switch_step"] == 6 and metrics["train"]["batches"] == {"distill": 6, "refine": 6}
+    assert metrics["train"]["switch_step"] == 10 and metrics["train"]["batches"] == {"distill": 10, "refine": 2}
     assert metrics["doktra"]["ece_bins"] == 10 and metrics["comparison"]["other_name"] == "doktra"
     run = tmp_path / "run"
     assert (run / "plots" / "reliability-test.png").stat().st_size > 1000
@@ -216,3 +216,15 @@ def test_multi_label_kd_run_with_a_run_directory_as_teacher(tmp_path, word_teach
     assert metrics["test"]["teacher/f1_micro"] == pytest.approx(
         json.loads((teacher_run / "metrics.json").read_text())["test"]["f1_micro"])
     assert metrics["train"]["objective"] == "kd" and metrics["l_at"]["before"] >= 0
+
+
+def test_the_margin_can_be_in_units_of_the_teacher_s_activations(tmp_path, textcls_dir, word_teacher):
+    from kinject.engine import execute
+
+    run = prepared(spec(tmp_path, textcls_dir, word_teacher, margin=0.5, margin_unit="teacher"))
+    execute(run, tmp_path / "run")
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    distill = Path(next(s["dir"] for s in info["stages"] if s["name"] == "doktra-distill"))
+    margin = json.loads((distill / "train.json").read_text())["margin"]
+    assert margin["unit"] == "teacher" and margin["teacher_mean_abs_cls"] > 0
+    assert margin["effective"] == pytest.approx(0.5 * margin["teacher_mean_abs_cls"])

@@ -98,9 +98,9 @@ def distil(setup, work, gamma, objective="abd", live=False, projection_kind="ran
     return model, record
 
 
-@pytest.mark.parametrize("gamma,training,switch", [(0.5, {}, 8), (0.9, {"epochs": 3}, 8),
+@pytest.mark.parametrize("gamma,training,switch", [(0.5, {}, 8), (0.9, {"epochs": 3}, 10),
                                                    (0.35, {"max_steps": 10}, 3)])
-def test_the_switch_to_refinement_happens_at_int_gamma_epochs(setup, tmp_path, gamma, training, switch):
+def test_the_switch_to_refinement_happens_at_gamma_of_the_steps(setup, tmp_path, gamma, training, switch):
     _, record = distil(setup, tmp_path, gamma, **training)  # 16 examples, batch 4: 4 steps per epoch
     steps = 10 if "max_steps" in training else 4 * training.get("epochs", 4)
     assert record.switch_step == switch

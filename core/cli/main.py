@@ -73,6 +73,9 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
             console.print(f"recommended settings: {shown}", markup=False, highlight=False)
             if getattr(cls, "recommended_note", ""):
                 console.print(f"  chosen by: {cls.recommended_note}", markup=False, highlight=False)
+        for protocol, presets in (getattr(cls, "protocols", None) or {}).items():
+            shown = ", ".join(f"{section}.{k}={v}" for section, values in presets.items() for k, v in values.items())
+            console.print(f"protocol {protocol} (--set protocol={protocol}): {shown}", markup=False, highlight=False)
 
 
 def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir):
@@ -181,6 +184,9 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
     console.print(f"[bold]{spec.strategy.name}[/] on [bold]{spec.task.name if spec.task else '(no task)'}[/] "
                   f"(data: {engine.describe_data(first)}, model: {spec.model.name}"
                   f"{f', seeds {seeds[0]}..{seeds[-1]}' if repeats > 1 else ''}) -> {out}")
+    if first.protocol:
+        shown = ", ".join(f"{k}={v}" for k, v in first.protocol.items())
+        console.print(f"protocol {spec.protocol}: {shown}", markup=False, highlight=False)
     if first.recommended:
         shown = ", ".join(f"{k}={v}" for k, v in first.recommended.items())
         console.print(f"task {spec.task.name}: recommended settings {shown} (set any of them to override; "

@@ -37,9 +37,15 @@ class DoktraConfig(PluginConfig):
                          "L = CE - beta1 H(p) (paper grid 0, .3, .5, .7; ChemProt/DDI .3, GAD .7, HoC 0).")
     beta2: float = Field(0.5, ge=0, le=1, description="Confidence penalty of the refinement after the switch "
                          "(and of cp-only fine-tuning): L = CE - beta2 H(p).")
-    gamma: float = Field(0.9, ge=0, le=1, description="Loss switch rate: distil for int(gamma x epochs) epochs of "
-                         "the distillation stage (int(gamma x max_steps) steps with max_steps), then refine.")
-    margin: float = Field(1.0, gt=0, description="Margin mu of the activation-boundary hinge loss.")
+    gamma: float = Field(0.9, ge=0, le=1, description="Loss switch rate: distil for int(gamma x N) of the "
+                         "distillation stage's N optimiser steps, then refine (the reference switches after "
+                         "int(gamma x epochs) whole epochs, which is the same only at its 10 epochs).")
+    margin: float = Field(1.0, gt=0, description="Margin mu of the activation-boundary hinge loss (in margin_unit).")
+    margin_unit: Literal["absolute", "teacher"] = Field(
+        "absolute", description="absolute: mu as it is (the paper's 1.0, for BERT-large/ALBERT activations); "
+        "teacher: mu times the teacher's mean |[CLS]| on the L_AT examples, so the hinge is in the units of the "
+        "teacher's activations (minilm's last-layer [CLS] has mean |x| ~0.24: an absolute mu of 1 mostly inflates "
+        "magnitudes instead of transferring signs).")
     abd_scale: float = Field(1000.0, gt=0, description="The AB loss (summed over [CLS] neurons and examples) is "
                              "divided by this and by the batch size, as the reference code does.")
     projection: Literal["auto", "random", "learned"] = Field(

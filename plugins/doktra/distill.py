@@ -115,6 +115,13 @@ def distill_body(cfg: DistillConfig, ctx: StageContext) -> None:
     record = DistillRecord()
     used = {k: getattr(cfg, k) for k in ("gamma", "margin", "abd_scale", "kd_temperature", "kd_alpha", "projection")
             if getattr(cfg, k) is not None}
+    used.pop("margin_unit", None)
+    if cfg.objective == "abd" and cfg.margin_unit == "teacher":  # mu in the units of the teacher's activations
+        reference = task.examples(cfg.analysis_split, env)[:cfg.analysis_examples]
+        scale = float(np.abs(teacher.analysis(task, env, reference, cfg.max_length, cfg.batch_size)).mean())
+        used["margin"] = cfg.margin * scale
+        stats["margin"] = {"mu": cfg.margin, "unit": "teacher", "teacher_mean_abs_cls": scale,
+                           "effective": used["margin"]}
     settings = DistillSettings(cfg.objective, head.problem_type, cfg.beta, **used)
     trainer_cls = distill_trainer(settings, record, projection, teacher.online)
     stats.update(train(model, teacher.features, PairedCollator(tokenizer, teacher.tokenizer), cfg.training, ctx.work,

@@ -77,14 +77,28 @@ def analysis_split(cfg: DoktraConfig, run) -> str:
     return split
 
 
+def distill_training(cfg: DoktraConfig, run) -> TrainingSpec:
+    """The distillation + refinement budget: the run's settings without the fine-tuning-only ones (a task's
+    recommended head learning rate does not reach this stage; the reference uses one rate for all parameters),
+    then ``distill_training``'s overrides."""
+    return cfg.distill_training.apply(run.spec.training, method_stage=True)
+
+
 def check_switch(cfg: DoktraConfig, run) -> None:
-    """A distilling variant must distil for at least one step before the switch at gamma."""
+    """A distilling variant must distil for at least one optimiser step before the switch at gamma."""
     if cfg.objective() in ("abd", "kd"):
-        training = cfg.distill_training.apply(run.spec.training)
-        total, unit = (training.max_steps, "max_steps") if training.max_steps > 0 else (training.epochs, "epochs")
+        import math
+
+        training = distill_training(cfg, run)
+        if training.max_steps > 0:
+            total = training.max_steps
+        else:
+            examples = len(run.task.examples(run.task.train_split, run.env))
+            total = math.ceil(training.epochs * math.ceil(examples / (training.batch_size
+                                                                      * training.gradient_accumulation_steps)))
         if int(cfg.gamma * total) == 0:
-            raise SpecError(f"strategy.gamma: int(gamma x {unit}) = int({cfg.gamma} x {total}) = 0, so nothing is "
-                            f"distilled; raise gamma or strategy.distill_training.{unit}")
+            raise SpecError(f"strategy.gamma: int(gamma x steps) = int({cfg.gamma} x {total}) = 0, so nothing is "
+                            "distilled; raise gamma or the distillation budget (strategy.distill_training)")
 
 
 # -- stage builders (stages) ------------------------------------------------------------------------- #
@@ -122,11 +136,12 @@ def distill_stage(run, cfg: DoktraConfig) -> Stage:
     teacher = None if objective == "none" else (OUTPUTS if cached else TEACHER)
     abd, kd = objective == "abd", objective == "kd"
     config = DistillConfig(
-        task=run.task_ref(), objective=objective, training=cfg.distill_training.apply(run.spec.training),
+        task=run.task_ref(), objective=objective, training=distill_training(cfg, run),
         seed=run.spec.seed, max_length=run.spec.model.max_length,
         attn_implementation=run.spec.model.attn_implementation, student_stage=STUDENT,
         teacher_stage=teacher if teacher and not cached else None, outputs_stage=teacher if cached else None,
         beta=cfg.beta2, gamma=cfg.gamma if teacher else None, margin=cfg.margin if abd else None,
+        margin_unit=cfg.margin_unit if abd else None,
         abd_scale=cfg.abd_scale if abd else None, projection=cfg.projection if teacher else None,
         kd_temperature=cfg.kd_temperature if kd else None, kd_alpha=cfg.kd_alpha if kd else None,
         analysis_split=analysis_split(cfg, run) if teacher else None,

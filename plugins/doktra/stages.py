@@ -64,6 +64,7 @@ class DistillConfig(StageConfig):
     beta: float
     gamma: float | None = None  # fields an objective does not use are None (so they do not key it)
     margin: float | None = None
+    margin_unit: Literal["absolute", "teacher"] | None = None
     abd_scale: float | None = None
     projection: Literal["auto", "random", "learned"] | None = None
     kd_temperature: float | None = None

@@ -25,6 +25,13 @@ class DoktraStrategy(Strategy):
 
     Config: ClassVar = DoktraConfig
     consumes: ClassVar[frozenset[str]] = frozenset({"model"})
+    #: Choi et al. 2022 and their code: teacher lr 2e-5 without warm-up; a converged student (fine-tuned up to 10
+    #: epochs at 1e-5, best on dev); 10 distillation epochs at 1e-5 without warm-up, gamma 0.9, margin 1.0
+    protocols: ClassVar[dict] = {"paper": {
+        "strategy": {"gamma": 0.9, "margin": 1.0, "margin_unit": "absolute",
+                     "teacher_training": {"learning_rate": 2e-5, "warmup_ratio": 0.0},
+                     "distill_training": {"epochs": 10, "learning_rate": 1e-5, "warmup_ratio": 0.0}},
+        "training": {"epochs": 10, "learning_rate": 1e-5, "selection": "best"}}}
 
     def validate(self, run) -> Teacher | None:
         """Check the task, the teacher, the L_AT split and the switch step before any stage; returns the teacher

@@ -4,8 +4,8 @@
 * :func:`distill_trainer`: before the switch step the distillation loss (the scaled AB hinge on the
   last-layer [CLS], or KD on logits), from the switch step on the refinement loss CE - beta2 H(p).
 
-The switch step is int(gamma x epochs) x steps-per-epoch (the reference's epoch_switch = int(epochs x
-gamma)), or int(gamma x max_steps) when the stage trains for a number of steps. The phase of a step follows
+The switch step is int(gamma x N) of the stage's N optimiser steps (the reference switches after int(epochs x gamma)
+whole epochs, the same only at its 10 epochs; with 2 epochs it would refine for half the steps). The phase of a step follows
 from ``state.global_step``, so it is right after ``--resume`` too.
 """
 
@@ -71,10 +71,9 @@ class DistillRecord:
 
 
 def switch_step(gamma: float, epochs: float, max_steps: int, steps_per_epoch: int) -> int:
-    """The first optimiser step of the refinement phase."""
-    if max_steps > 0:
-        return int(gamma * max_steps)
-    return int(gamma * epochs) * steps_per_epoch
+    """The first optimiser step of the refinement phase: gamma of the stage's optimiser steps."""
+    total = max_steps if max_steps > 0 else math.ceil(epochs * steps_per_epoch)
+    return int(gamma * total)
 
 
 class _Schedule(TrainerCallback):

@@ -12,6 +12,10 @@ from .config import FinetuneStrategyConfig
 class FinetuneStrategy(Strategy):
     """Plain fine-tuning on the task, no injection: the baseline every method is compared with."""
 
+    #: BLURB's fine-tuning (Gu et al. 2021, section 4.2): warm-up over 10% then linear decay, the best dev model;
+    #: the learning rate (1e-5/3e-5/5e-5), batch size and epochs were tuned per dataset on dev: `kinject sweep`
+    protocols: ClassVar[dict] = {"paper": {"training": {"warmup_ratio": 0.1, "selection": "best"}}}
+
     Config: ClassVar = FinetuneStrategyConfig
 
     def stages(self, run) -> list[Stage]:

@@ -28,6 +28,9 @@ class KimeraStrategy(Strategy):
 
     Config: ClassVar = KimeraConfig
     consumes: ClassVar[frozenset[str]] = frozenset({"triples"})
+    #: Winter et al. 2022, section 4: tau from {0.95, 0.98, 0.99} (0.98), rho 0.1, the full knowledge graph, all
+    #: alphas 1 (retraining "for a maximum of 5 epochs, most converged after one": kg_steps stays the budget)
+    protocols: ClassVar[dict] = {"paper": {"strategy": {"tau": 0.98, "rho": 0.1, "kg_max_triples": None}}}
 
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage; returns the KG retraining reads (the run's source, else

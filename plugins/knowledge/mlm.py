@@ -66,10 +66,9 @@ def mlm_training_spec(training: TrainingSpec, steps: int, learning_rate: float, 
     linear warm-up over ``warmup_ratio`` of them to ``learning_rate``, then linear decay to 0; weight decay,
     precision and checkpoint interval from ``training``; the fine-tuning-only settings (set by a task's
     recommended values) nulled, so they are not in the key."""
-    return training.for_training().model_copy(update=dict(
+    return training.for_method_stage(
         epochs=1.0, max_steps=steps, learning_rate=learning_rate, batch_size=batch_size,
-        gradient_accumulation_steps=gradient_accumulation, warmup_ratio=warmup_ratio, group_by_length=False,
-        eval_steps=None, head_learning_rate=None, min_steps=None))
+        gradient_accumulation_steps=gradient_accumulation, warmup_ratio=warmup_ratio, group_by_length=False)
 
 
 def mlm_stage(run, name: str, pack_stage: Stage, steps: int, learning_rate: float, batch_size: int, *,

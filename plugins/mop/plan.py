@@ -69,7 +69,7 @@ def adapter_training(run, cfg: MopConfig) -> TrainingSpec:
     return TrainingSpec(epochs=cfg.adapter_epochs, max_steps=cfg.adapter_max_steps,
                         learning_rate=cfg.adapter_learning_rate, batch_size=cfg.adapter_batch_size,
                         weight_decay=0.01, warmup_ratio=0.1, group_by_length=True, save_steps=task.save_steps,
-                        logging_steps=task.logging_steps, bf16=task.bf16)
+                        logging_steps=task.logging_steps, bf16=task.bf16, selection="last")
 
 
 def fusion_stages(run, cfg: MopConfig, adapters: list[str]) -> list[Stage]:

@@ -27,6 +27,10 @@ class PretrainStrategy(Strategy):
     Config: ClassVar = PretrainConfig
     consumes: ClassVar[frozenset[str]] = frozenset({"corpus"})
     needs_task: ClassVar[bool] = False
+    #: Gu et al. 2021, section 3: peak lr 6e-4 with warm-up over 10% of the steps, whole-word masking at 15%,
+    #: an uncased WordPiece vocabulary of 30,522 (the budget - 62,500 steps of 8,192 - is not ours to match)
+    protocols: ClassVar[dict] = {"paper": {"strategy": {"mlm_learning_rate": 6e-4, "mlm_warmup_ratio": 0.1,
+                                                        "mlm_probability": 0.15, "vocab_size": 30522}}}
 
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage; returns the corpus source, the task to hold out, the lengths

@@ -27,6 +27,8 @@ class StiltStrategy(Strategy):
     """STILT: fine-tune on intermediate task(s), then on the target; the encoder carries over, heads are new."""
 
     Config: ClassVar = StiltConfig
+    #: Jeong & Hwang: "the hyperparameters of fine-tuning are the same as those of PubMedBERT" (BLURB's protocol)
+    protocols: ClassVar[dict] = {"paper": {"training": {"warmup_ratio": 0.1, "selection": "best"}}}
 
     def validate(self, run) -> list[Task]:
         """The intermediate tasks, configured and with their data checked."""

@@ -127,11 +127,18 @@ def make_environment(spec: RunSpec) -> Environment:
 
     from kinject.io import CHARS_PER_TOKEN
 
+    fold = None
+    if spec.fold:
+        parts = [int(x) for x in spec.fold.split("/")]
+        index, k, seed = (*parts, 0) if len(parts) == 2 else parts
+        if not 0 <= index < k or k < 2:
+            raise SpecError(f"fold: {spec.fold!r}: expected i/k with 0 <= i < k and k >= 2")
+        fold = (index, k, seed)
     return Environment(
         data_dir=Path(spec.data_dir) if spec.data_dir else default_data_dir(),
         cache_dir=Path(spec.cache_dir) if spec.cache_dir else default_cache_dir(),
         seed=spec.seed, limit=spec.training.limit, offline=offline(),
-        max_chars=spec.model.max_length * CHARS_PER_TOKEN)
+        max_chars=spec.model.max_length * CHARS_PER_TOKEN, fold=fold)
 
 
 def _resolve_model(spec: RunSpec, env: Environment) -> str:
@@ -174,6 +181,8 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     with plugin_code("strategies", strategy):
         run.resolved = strategy.validate(run)
         run.stages = strategy.stages(run)
+    for extra in run.hooks().kinject_extra_stages(run=run):  # e.g. the knowledge probe, for every strategy
+        run.stages.extend(extra or [])
     _check_stages(run)
     return run
 

@@ -127,6 +127,7 @@ class Environment:
     offline: bool = False
     extras: dict[str, Any] = field(default_factory=dict)
     max_chars: int | None = None  # texts are cut to this many characters when read (model.max_length x 128)
+    fold: tuple[int, int, int] | None = None  # cross-validation (i, k, seed): train/dev are folds of train
 
 
 @dataclass(frozen=True)
@@ -239,18 +240,44 @@ class Task(Component):
         return sorted(p for p in folder.rglob("*") if p.is_file())[:2000] if folder.is_dir() else []
 
 
+_IN_EXAMPLES: list[bool] = []  # examples() calls in progress (a subclass calling super().examples nests them)
+
+
 def _text_capped(examples: Callable) -> Callable:
+    """``examples`` under the environment's text cap and, at the outermost call, its cross-validation fold."""
     import functools
 
     @functools.wraps(examples)
     def capped(self, split: str, env: "Environment", *args: Any, **kwargs: Any):
         from kinject.io import text_cap
 
-        with text_cap(getattr(env, "max_chars", None), f"{self.name} {split}"):
-            return examples(self, split, env, *args, **kwargs)
+        fold = getattr(env, "fold", None)
+        outermost = not _IN_EXAMPLES
+        _IN_EXAMPLES.append(True)
+        try:
+            with text_cap(getattr(env, "max_chars", None), f"{self.name} {split}"):
+                if fold is None or not outermost or split not in (self.train_split, "dev"):
+                    return examples(self, split, env, *args, **kwargs)
+                return fold_of(examples(self, self.train_split, env, *args, **kwargs), fold,
+                               held_out=split == "dev")
+        finally:
+            _IN_EXAMPLES.pop()
 
     capped._text_capped = True
     return capped
+
+
+def fold_of(examples: list[dict], fold: tuple[int, int, int], held_out: bool) -> list[dict]:
+    """Cross-validation on a training split: ``fold`` = (i, k, seed); the examples of fold i (``held_out``: the
+    dev split of the fold) or of the other k - 1 folds (its training split). Examples that share a ``group`` (a
+    query's candidates, an abstract's sentences) stay in one fold."""
+    import random
+
+    index, k, seed = fold
+    groups = list(dict.fromkeys(str(ex.get("group", i)) for i, ex in enumerate(examples)))
+    random.Random(f"{seed}:{k}").shuffle(groups)
+    chosen = {g for j, g in enumerate(groups) if j % k == index}
+    return [ex for i, ex in enumerate(examples) if (str(ex.get("group", i)) in chosen) == held_out]
 
 
 class TaskGroup(Task):

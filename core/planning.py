@@ -64,11 +64,14 @@ def _ref_modules(value: Any) -> list[str]:
     """Code modules of every reference (task, source) held anywhere in a stage config."""
     from pydantic import BaseModel
 
+    from kinject.interfaces import StageConfig
     from kinject.refs import Ref
 
     out: list[str] = []
     if isinstance(value, Ref):
         out.extend(value.code_modules())
+    if isinstance(value, StageConfig):  # a stage config held by another (its methods compute: e.g. a model loader)
+        out.extend(cls.__module__ for cls in type(value).__mro__ if issubclass(cls, StageConfig))
     if isinstance(value, BaseModel):
         for name in type(value).model_fields:
             out.extend(_ref_modules(getattr(value, name)))

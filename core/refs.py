@@ -98,6 +98,7 @@ class TaskRef(Ref):
     data_seed: int = Field(0, description="Seed of the task's own data sampling (e.g. training queries).")
     limit: int | None = None
     max_chars: int | None = Field(None, description="Texts are cut to this many characters when read.")
+    fold: tuple[int, int, int] | None = Field(None, description="Cross-validation fold (i, k, seed) of the train split.")
     data_dir: str = Field(".", json_schema_extra=NOT_KEYED)
     _task: Task | None = PrivateAttr(None)
 
@@ -107,7 +108,7 @@ class TaskRef(Ref):
         data = task.describe_data(env) + (f"#{files_fingerprint(files, Path(env.data_dir).resolve())}"
                                           if files else "")
         ref = cls(name=task.name, options=task.config.model_dump(mode="json"), data=data, data_seed=env.seed,
-                  limit=env.limit, max_chars=env.max_chars, data_dir=str(env.data_dir))
+                  limit=env.limit, max_chars=env.max_chars, fold=env.fold, data_dir=str(env.data_dir))
         ref._task = task
         return ref
 
@@ -128,7 +129,7 @@ class TaskRef(Ref):
 
     def environment(self, ctx: StageContext) -> Environment:
         return Environment(data_dir=Path(self.data_dir), cache_dir=ctx.cache_dir, seed=self.data_seed,
-                           limit=self.limit, offline=ctx.offline, max_chars=self.max_chars)
+                           limit=self.limit, offline=ctx.offline, max_chars=self.max_chars, fold=self.fold)
 
 
 # -- knowledge source ------------------------------------------------------------------------------ #

@@ -21,7 +21,7 @@ class DevSelection:
     training is what train.json records (metric, best step and score, the dev curve, whether it stopped early)."""
 
     def __new__(cls, scorer: Callable, metric: str, work: Path, every: int | None = None,
-                patience: int | None = None, resume_from: str | None = None):
+                patience: int | None = None, resume_from: str | None = None, stage: str = "train"):
         from transformers import TrainerCallback
 
         work = Path(work)
@@ -44,7 +44,7 @@ class DevSelection:
             state["curve"].append([step, value])
             if trainer_state.is_world_process_zero:
                 plugin_manager().hook.kinject_metrics_logged(
-                    stage="selection", metrics={f"eval/{k}": float(v) for k, v in scores.items()
+                    stage=stage, metrics={f"eval/{k}": float(v) for k, v in scores.items()
                                                 if isinstance(v, (int, float))}, step=step)
             if state["best"] is None or value > state["best"]:
                 from safetensors.torch import save_file
@@ -84,6 +84,13 @@ class DevSelection:
                 if not path.exists():
                     raise RuntimeError(f"training.selection: the best weights ({path}) are missing")
                 model.load_state_dict(load_file(str(path)), strict=False)
+
+            @staticmethod
+            def scores_at(trainer_state) -> bool:
+                """Whether this callback scores dev at the step ``trainer_state`` is at."""
+                if every is not None:
+                    return trainer_state.global_step % every == 0
+                return float(trainer_state.epoch or 0).is_integer()  # the last step of an epoch
 
             @staticmethod
             def summary() -> dict:

@@ -195,6 +195,12 @@ class RunSpec(StrictModel):
     data_dir: Path | None = Field(None, description="Datasets folder (else $KINJECT_DATA_DIR, else user cache).")
     recommended: bool = Field(True, description="Start from the task's recommended settings (epochs, learning "
                               "rate, max length, pooling...; `kinject info TASK`) for every field not set here.")
+    fold: str | None = Field(None, pattern=r"^\d+/\d+(/\d+)?$", description="Cross-validation on the train split, "
+                             "i/k[/seed]: train on the other k-1 folds, score fold i as the dev split (test is left "
+                             "alone); for choosing settings on small training sets without a dev split to spare.")
+    knowledge_probe: bool = Field(True, description="Add the knowledge probe to the run where a plugin provides one "
+                                  "(kinject.plugins.knowledge: the run's final encoder and the base model scored the "
+                                  "same way on held-out knowledge-graph facts).")
     protocol: str = Field("kinject", description="kinject: the defaults (tuned for this scale); paper: the strategy's "
                           "paper protocol (its hyperparameters where they apply; `kinject info STRATEGY`) for every "
                           "field not set here, before the task's recommended settings.")

@@ -197,7 +197,8 @@ class HookCallback:
     """Forward Trainer logs to the kinject.hooks event ``kinject_metrics_logged``; with a ``scorer``, also
     score the dev split every ``eval_steps`` steps and announce it as ``eval/<metric>``."""
 
-    def __new__(cls, stage: str, scorer: Callable | None = None, eval_steps: int | None = None):
+    def __new__(cls, stage: str, scorer: Callable | None = None, eval_steps: int | None = None,
+                skip: Callable | None = None):
         from transformers import TrainerCallback
 
         def announce(metrics: dict, step: int) -> None:
@@ -212,7 +213,8 @@ class HookCallback:
                              state.global_step)
 
             def on_step_end(self, args, state, control, model=None, **kwargs):
-                if scorer and eval_steps and state.global_step % eval_steps == 0 and state.is_world_process_zero:
+                if scorer and eval_steps and state.global_step % eval_steps == 0 and state.is_world_process_zero \
+                        and not (skip and skip(state)):
                     scores = scorer(model)
                     announce({f"eval/{k}": float(v) for k, v in scores.items() if isinstance(v, (int, float))},
                              state.global_step)
@@ -271,13 +273,16 @@ def train(model, features, collator: Callable, training: TrainingSpec, work: Pat
     dataset = features if hasattr(features, "column_names") else to_dataset(features)
     optimizers = (head_optimizer(model, training), None) if training.head_learning_rate else (None, None)
     checkpoint = last_checkpoint(work) if resume else None
-    callbacks = [HookCallback(stage, scorer, training.eval_steps)]
     selecting = training.selection == "best" and scorer is not None and selection_metric is not None
+    selection = None
     if selecting:
         from kinject.selection import DevSelection
 
-        callbacks.append(DevSelection(scorer, selection_metric, work, training.select_every, training.patience,
-                                      checkpoint))
+        selection = DevSelection(scorer, selection_metric, work, training.select_every, training.patience,
+                                 checkpoint, stage)
+    # dev scores announced every eval_steps, except where the selection scores (and announces) them anyway
+    callbacks = [HookCallback(stage, scorer, training.eval_steps, selection.scores_at if selection else None)]
+    callbacks += [selection] if selection else []
     trainer = trainer_cls(model=model, args=args, train_dataset=dataset, data_collator=counter,
                           callbacks=callbacks, optimizers=optimizers)
     quiet_progress(trainer)
@@ -287,8 +292,8 @@ def train(model, features, collator: Callable, training: TrainingSpec, work: Pat
     stats["global_step"] = float(result.global_step)
     stats["world_size"] = float(args.world_size)
     stats["resumed_from_step"] = float(int(checkpoint.rsplit("-", 1)[-1])) if checkpoint else 0.0
-    if selecting:
-        stats["selection"] = callbacks[-1].summary()
+    if selection is not None:
+        stats["selection"] = selection.summary()
     return stats
 
 

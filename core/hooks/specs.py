@@ -31,5 +31,10 @@ class HookSpecs:
         """A stage ended."""
 
     @hookspec
+    def kinject_extra_stages(self, run: Any) -> list | None:
+        """Stages to add to every prepared run after the strategy's own (e.g. a measurement every method gets the
+        same way); called in ``prepare`` with the prepared run (``run.stages`` holds the strategy's stages)."""
+
+    @hookspec
     def kinject_metrics_logged(self, stage: str, metrics: dict[str, float], step: int | None) -> None:
         """Training or evaluation metrics were logged."""

@@ -276,6 +276,38 @@ def describe_data(run: RunContext) -> str:
     return run.task.describe_data(run.env) if run.task is not None else "(no task)"
 
 
+def describe_training(run: RunContext) -> list[str]:
+    """What the run trains on, for --dry-run: the task's training examples and every knowledge source a stage
+    reads (the configured ones or a strategy's default), with its options."""
+    from kinject.refs import SourceRef
+
+    out = []
+    if run.task is not None and not run.members:
+        examples = len(run.task.examples(run.task.train_split, run.env))
+        out.append(f"task {run.task.name} {run.task.train_split} split: {examples} examples"
+                   + (f" (--limit {run.env.limit})" if run.env.limit else ""))
+    seen: set[str] = set()
+
+    def sources(value):
+        if isinstance(value, SourceRef):
+            yield value
+        elif hasattr(value, "model_fields"):
+            for name in type(value).model_fields:
+                yield from sources(getattr(value, name))
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                yield from sources(item)
+
+    for stage in run.stages:
+        for ref in sources(stage.config):
+            options = {k: v for k, v in ref.options.items() if v not in (None, [], {}, False)}
+            text = f"knowledge source {ref.name} ({ref.kind}) {options}"
+            if text not in seen:
+                seen.add(text)
+                out.append(f"{text}, first read by stage {stage.name}")
+    return out
+
+
 def default_output(spec: RunSpec) -> Path:
     return Path("runs") / (f"{spec.strategy.name}-{spec.task.name}" if spec.task else spec.strategy.name)
 
@@ -375,6 +407,8 @@ def _run_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, An
     resolved = resolved_spec(run.spec, run.task, run.strategy, run.sources)
     hooks = run.hooks()
     with ExitStack() as stack:
+        if folder is not None and run.spec.training.report_to:  # trackers write under the run folder's logs/
+            stack.enter_context(_environment(KINJECT_LOG_DIR=str(folder / "logs")))
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
             handler = logging.FileHandler(folder / "kinject.log", encoding="utf-8")
@@ -398,6 +432,23 @@ def _run_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, An
             _write_run_dir(folder, run, resolved, records, metrics, state)
             hooks.kinject_run_end(spec=resolved, run_dir=shown, metrics=metrics)
     return metrics
+
+
+@contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Environment variables set for the block, restored after it."""
+    import os
+
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, metrics: dict, state: dict) -> None:

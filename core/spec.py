@@ -39,6 +39,19 @@ class ModelSpec(StrictModel):
                                              "were trained).")
 
 
+class PeftSpec(StrictModel):
+    """Parameter-efficient fine-tuning with peft: adapters on the encoder, the task head trained in full."""
+
+    method: Literal["lora", "ia3"] = Field(..., description="lora (low-rank updates) or ia3 (learned rescaling).")
+    r: int = Field(8, ge=1, description="LoRA rank.")
+    alpha: int = Field(16, ge=1, description="LoRA scaling alpha (the update is scaled by alpha / r).")
+    dropout: float = Field(0.1, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: list[str] | None = Field(None, description="Module names to adapt (unset: peft's default for "
+                                             "the architecture; BERT: query, value for LoRA).")
+    feedforward_modules: list[str] | None = Field(None, description="IA3: which target modules are feed-forward "
+                                                  "(unset: peft's default).")
+
+
 class TrainingSpec(StrictModel):
     """Optimisation settings shared by every stage that trains (a strategy may override per stage)."""
 
@@ -75,6 +88,11 @@ class TrainingSpec(StrictModel):
                                      "(unset: after every epoch).")
     patience: int | None = Field(None, ge=1, description="With selection=best: stop after this many dev scores "
                                  "without improvement (unset: train the whole budget).")
+    peft: PeftSpec | None = Field(None, description="Fine-tune with peft adapters (e.g. --set training.peft.method="
+                                  "lora) instead of every weight; the saved model is merged, the adapter saved beside.")
+    report_to: list[str] = Field(default_factory=list, json_schema_extra=NOT_KEYED,
+                                 description="Trackers the Trainer reports to (tensorboard, wandb, mlflow, ...); "
+                                 "logs go to the run folder's logs/ (not keyed: it changes no result).")
     limit: int | None = Field(None, ge=1, description="Cap every split at N examples (smoke runs).")
     eval_splits: list[str] | None = Field(None, description="Splits the evaluate stage scores (default: the "
                                           "task's evaluation splits, e.g. dev and test).")
@@ -87,7 +105,8 @@ class TrainingSpec(StrictModel):
     #: settings that belong to fine-tuning a task model, not to a method's own stages (knowledge retraining,
     #: adapters, distillation, masked-LM): a task's recommended head rate must not leak into them
     FINETUNING_ONLY: ClassVar[dict[str, Any]] = {"head_learning_rate": None, "min_steps": None, "eval_steps": None,
-                                                 "selection": "last", "select_every": None, "patience": None}
+                                                 "selection": "last", "select_every": None, "patience": None,
+                                                 "peft": None}
 
     def for_method_stage(self, **settings: Any) -> "TrainingSpec":
         """These settings for one of a method's own stages: the fine-tuning-only ones reset (head learning rate,

@@ -191,6 +191,10 @@ def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
     model = build_task_model(encoder, head, cfg.model.attn_implementation, cfg.seed, revision, layers,
                              cfg.model.pooling)
     model = cfg.prepare_model(model, ctx)
+    if cfg.training.peft is not None:
+        from kinject.peft_tuning import add_peft
+
+        model = add_peft(model, cfg.training.peft, head)
     features = task.featurize(tokenizer, task.examples(task.train_split, env), cfg.model.max_length, env)
     selecting = cfg.training.selection == "best" and "dev" in task.eval_splits  # never select on test
     scorer = dev_scorer(task, env, tokenizer, cfg.model.max_length, cfg.training) \
@@ -199,6 +203,10 @@ def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
                   resume=ctx.resume, scorer=scorer, trainer_cls=cfg.trainer_class(head),
                   selection_metric=task.selection_metric() if selecting else None)
     stats["trainable_parameters"] = float(sum(p.numel() for p in model.parameters() if p.requires_grad))
+    if cfg.training.peft is not None:
+        from kinject.peft_tuning import merged
+
+        model = merged(model, ctx.out / "peft-adapter" if is_main_process() else None)
     if is_main_process():
         cfg.save_model(model, tokenizer, ctx.out / "model", ctx)
         (ctx.out / "train.json").write_text(json.dumps({**stats, **cfg.extra_stats()}, indent=2))

@@ -149,7 +149,9 @@ def training_arguments(training: TrainingSpec, output_dir: Path, seed: int, **ov
         save_safetensors=True,
         seed=seed,
         data_seed=seed,
-        report_to=[],
+        report_to=list(training.report_to),
+        logging_dir=os.path.join(os.environ["KINJECT_LOG_DIR"], output_dir.parent.parent.name)
+        if os.environ.get("KINJECT_LOG_DIR") else None,
         use_cpu=cpu,
         bf16=bool(training.bf16),  # on a CPU: bfloat16 autocast (fast with AVX512-BF16 / AMX)
         dataloader_num_workers=0,
@@ -297,7 +299,6 @@ def train(model, features, collator: Callable, training: TrainingSpec, work: Pat
     return stats
 
 
-HEAD_MODULES = ("classifier", "score", "qa_outputs")  # the task heads transformers' Auto*For* classes add
 
 
 def head_optimizer(model, training: TrainingSpec):
@@ -305,11 +306,13 @@ def head_optimizer(model, training: TrainingSpec):
     decay on weights, not on biases and LayerNorms, as the Trainer does); the Trainer adds the schedule."""
     import torch
 
+    from kinject.peft_tuning import HEAD_MODULES, is_head_parameter
+
     groups: dict[tuple[bool, bool], list] = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        head = name.split(".")[0] in HEAD_MODULES
+        head = is_head_parameter(name)
         decay = param.ndim > 1 and "LayerNorm" not in name and "layer_norm" not in name
         groups.setdefault((head, decay), []).append(param)
     if not any(head for head, _ in groups):
@@ -359,6 +362,9 @@ def predict(model, features: list[dict], collator: Callable, batch_size: int, wo
     return _unsort(np.asarray(logits), order)
 
 
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
 def predict_here(model, features: list[dict], collator: Callable, batch_size: int, bf16: bool = False) -> np.ndarray:
     """Logits in this process only (no Trainer): for scoring during training. Token logits are padded with
     -100 to the longest row, as ``Trainer.predict`` pads them."""
@@ -374,8 +380,8 @@ def predict_here(model, features: list[dict], collator: Callable, batch_size: in
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     with torch.inference_mode(), autocast, float32_head(model, bf16):
         for lo in range(0, len(order), batch_size):
-            batch = collator([{k: v for k, v in features[i].items() if k != "labels"} for i in order[lo:lo + batch_size]])
-            batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            batch = collator([{k: v for k, v in features[i].items() if k in MODEL_INPUTS} for i in order[lo:lo + batch_size]])
+            batch = {k: v.to(device) for k, v in batch.items() if k in MODEL_INPUTS}
             chunks.append(model(**batch).logits.float().cpu().numpy())
     model.train(was_training)
     if chunks and chunks[0].ndim == 3:
@@ -433,6 +439,8 @@ class float32_head:
     rounds logits to ~3 significant digits, which ties candidates that a ranking must order."""
 
     def __init__(self, model, enabled: bool = True):
+        from kinject.peft_tuning import HEAD_MODULES
+
         self.heads = [getattr(model, name) for name in HEAD_MODULES if enabled and hasattr(model, name)]
 
     def __enter__(self):

@@ -145,6 +145,8 @@ def _dry_run(run_ctx) -> None:
     console.print(f"data: {engine.describe_data(run_ctx)}", markup=False)
     runs = [(name, member) for name, member, _ in run_ctx.members if member is not None] or [("", run_ctx)]
     for prefix, run in runs:
+        for line in engine.describe_training(run):
+            console.print(f"trains on: {line}", markup=False, highlight=False, soft_wrap=True)
         for planned in engine.plan(run):
             label = f"{prefix}/{planned.stage.name}" if prefix else planned.stage.name
             state = "[green]cache hit[/]" if planned.cached else \
@@ -161,7 +163,9 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
         output: Optional[Path] = typer.Option(None, "--output", "-o", help="Run directory"),
         seed: Optional[int] = typer.Option(None, help="Random seed"),
         repeats: int = typer.Option(1, min=1, help="Run N seeds (seed, seed+1, ...) and report mean ± std"),
-        limit: Optional[int] = typer.Option(None, min=1, help="Cap every split at N examples"),
+        limit: Optional[int] = typer.Option(None, min=1, help="Cap every split of the task at N examples"),
+        quick: bool = typer.Option(False, "--quick", help="A quick try: the strategy's `quick` protocol (small "
+                                   "budgets, a small knowledge graph or corpus) and --limit 64 unless given"),
         data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Datasets folder"),
         cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Stage cache folder"),
         resume: bool = typer.Option(False, "--resume", help="Continue an interrupted stage from its checkpoint"),
@@ -171,6 +175,9 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
     """Run a strategy on a task: cached stages, run.json, metrics.json, predictions/, model/ (safetensors)."""
     from kinject import engine
 
+    if quick:
+        sets = [*(sets or []), "protocol=quick"]
+        limit = limit or 64
     spec = _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir)
     out = Path(spec.output) if spec.output else engine.default_output(spec)
     command = ["kinject", *sys.argv[1:]] if _ARGV is None else ["kinject", *_ARGV]
@@ -336,6 +343,8 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in argv
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("kinject").setLevel(logging.INFO)
+    for handler in logging.getLogger().handlers:  # metric dicts go to kinject.log; the console shows the table
+        handler.addFilter(lambda record: not record.name.startswith("kinject.details"))
     logging.captureWarnings(True)  # warnings go to the log (console and kinject.log), each once
     if not debug:
         import os

@@ -9,6 +9,7 @@ from kinject.hooks.specs import hookimpl
 __kinject_fingerprint__ = False  # observers: computes nothing a stage writes
 
 log = logging.getLogger("kinject")
+details = logging.getLogger("kinject.details")  # the run log only: the console shows the metrics once, as a table
 
 
 @hookimpl
@@ -30,9 +31,9 @@ def kinject_stage_end(stage, key, cached, seconds):
 @hookimpl
 def kinject_metrics_logged(stage, metrics, step):
     shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
-    log.info("%s step %s: %s", stage, step, shown)
+    (log if step is not None else details).info("%s step %s: %s", stage, step, shown)
 
 
 @hookimpl
 def kinject_run_end(spec, run_dir, metrics):
-    log.info("run end: %s", metrics)
+    details.info("run end: %s", metrics)

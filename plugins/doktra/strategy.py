@@ -31,7 +31,9 @@ class DoktraStrategy(Strategy):
         "strategy": {"gamma": 0.9, "margin": 1.0, "margin_unit": "absolute",
                      "teacher_training": {"learning_rate": 2e-5, "warmup_ratio": 0.0},
                      "distill_training": {"epochs": 10, "learning_rate": 1e-5, "warmup_ratio": 0.0}},
-        "training": {"epochs": 10, "learning_rate": 1e-5, "selection": "best"}}}
+        "training": {"epochs": 10, "learning_rate": 1e-5, "selection": "best"}},
+        "quick": {"strategy": {"teacher_training": {"max_steps": 20}, "distill_training": {"max_steps": 20}},
+                  "training": {"max_steps": 20}}}  # kinject run --quick
 
     def validate(self, run) -> Teacher | None:
         """Check the task, the teacher, the L_AT split and the switch step before any stage; returns the teacher

@@ -14,7 +14,8 @@ class FinetuneStrategy(Strategy):
 
     #: BLURB's fine-tuning (Gu et al. 2021, section 4.2): warm-up over 10% then linear decay, the best dev model;
     #: the learning rate (1e-5/3e-5/5e-5), batch size and epochs were tuned per dataset on dev: `kinject sweep`
-    protocols: ClassVar[dict] = {"paper": {"training": {"warmup_ratio": 0.1, "selection": "best"}}}
+    protocols: ClassVar[dict] = {"paper": {"training": {"warmup_ratio": 0.1, "selection": "best"}},
+                                 "quick": {"training": {"max_steps": 30}}}  # kinject run --quick
 
     Config: ClassVar = FinetuneStrategyConfig
 

@@ -84,7 +84,8 @@ def build_scoring_set(task, env, split: str, cap: int | None, tokenizer, max_len
     keep = ("input_ids", "attention_mask", "token_type_ids", "labels")
 
     def batches(rows: np.ndarray) -> list[dict]:
-        return [{k: v for k, v in dict(collator([features[i] for i in rows[s:s + batch_size]])).items() if k in keep}
+        return [dict(collator([{k: v for k, v in features[i].items() if k in keep}  # model inputs only (NER
+                               for i in rows[s:s + batch_size]]))  # features carry word positions)
                 for s in range(0, len(rows), batch_size)]
     return ScoringSet(chosen, features, batches(order[:head]), order, batches(order[head:]))
 

@@ -30,7 +30,10 @@ class KimeraStrategy(Strategy):
     consumes: ClassVar[frozenset[str]] = frozenset({"triples"})
     #: Winter et al. 2022, section 4: tau from {0.95, 0.98, 0.99} (0.98), rho 0.1, the full knowledge graph, all
     #: alphas 1 (retraining "for a maximum of 5 epochs, most converged after one": kg_steps stays the budget)
-    protocols: ClassVar[dict] = {"paper": {"strategy": {"tau": 0.98, "rho": 0.1, "kg_max_triples": None}}}
+    protocols: ClassVar[dict] = {"paper": {"strategy": {"tau": 0.98, "rho": 0.1, "kg_max_triples": None}},
+                                 "quick": {"strategy": {"kg_max_triples": 2000, "kg_steps": 20, "score_examples": 64,
+                                                        "max_rounds": 2},
+                                           "training": {"max_steps": 30}}}  # kinject run --quick
 
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage; returns the KG retraining reads (the run's source, else

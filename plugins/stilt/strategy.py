@@ -28,7 +28,8 @@ class StiltStrategy(Strategy):
 
     Config: ClassVar = StiltConfig
     #: Jeong & Hwang: "the hyperparameters of fine-tuning are the same as those of PubMedBERT" (BLURB's protocol)
-    protocols: ClassVar[dict] = {"paper": {"training": {"warmup_ratio": 0.1, "selection": "best"}}}
+    protocols: ClassVar[dict] = {"paper": {"training": {"warmup_ratio": 0.1, "selection": "best"}},
+                                 "quick": {"training": {"max_steps": 30}}}  # kinject run --quick
 
     def validate(self, run) -> list[Task]:
         """The intermediate tasks, configured and with their data checked."""

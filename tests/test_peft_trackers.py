@@ -1,0 +1,79 @@
+"""peft through the shared fine-tune body (any strategy that fine-tunes), and trackers (training.report_to)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import run_kinject as kinject
+
+
+def args(data, out, *extra):
+    return ["run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={data}",
+            "--set", "training.epochs=2", "--set", "training.batch_size=8", "--set", "training.learning_rate=1e-3",
+            "-o", str(out), *extra]
+
+
+@pytest.mark.parametrize("method", ["lora", "ia3"])
+def test_peft_trains_adapters_and_the_head_and_saves_a_plain_merged_model(tmp_path, textcls_dir, tiny_model, method):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    full, adapted = tmp_path / "full", tmp_path / "peft"
+    assert kinject(*args(textcls_dir, full)) == 0
+    assert kinject(*args(textcls_dir, adapted, "--set", f"training.peft.method={method}")) == 0
+    info = {s["name"]: s for s in json.loads((adapted / "run.json").read_text())["stages"]}
+    keys = {s["name"]: s["key"] for s in json.loads((full / "run.json").read_text())["stages"]}
+    assert info["finetune"]["key"] != keys["finetune"]  # peft settings are in the key
+    metrics = json.loads((adapted / "metrics.json").read_text())
+    trained = json.loads((full / "metrics.json").read_text())["train"]["trainable_parameters"]
+    assert 0 < metrics["train"]["trainable_parameters"] < trained / 4  # adapters + head only
+    encoder = AutoModel.from_pretrained(adapted / "model")  # a plain, merged model
+    assert not any("lora" in n or "ia3" in n for n, _ in encoder.named_parameters())
+    stage = Path(info["finetune"]["dir"])
+    assert (stage / "peft-adapter" / "adapter_config.json").exists()
+    base = AutoModel.from_pretrained(tiny_model).state_dict()
+    merged = encoder.state_dict()
+    changed = [k for k in merged if k in base and not torch.equal(merged[k], base[k])]
+    assert changed and all(("query" in k or "value" in k or "key" in k or "output.dense" in k) for k in changed)
+    head = AutoModelForSequenceClassification.from_pretrained(adapted / "model").classifier.weight
+    assert head.abs().sum() > 0 and "test" in metrics
+    saved = load_file(adapted / "model" / "model.safetensors")
+    assert "classifier.weight" in saved
+
+
+def test_peft_reaches_a_method_s_final_fine_tune(tmp_path, textcls_dir, tiny_model):
+    other = tmp_path / "inter"
+    from conftest import write_textcls
+
+    write_textcls(other, n_train=24, n_eval=8, seed=4)
+    out = tmp_path / "stilt"
+    assert kinject("run", "stilt", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
+                   "--set", f"strategy.intermediate=[{{name: textcls, path: {other}}}]", "--set", "training.epochs=1",
+                   "--set", "training.peft.method=lora", "-o", str(out)) == 0
+    stages = {s["name"]: Path(s["dir"]) for s in json.loads((out / "run.json").read_text())["stages"]}
+    for name in ("intermediate-1-textcls", "finetune"):
+        assert (stages[name] / "peft-adapter").is_dir(), name
+
+
+def test_tensorboard_gets_training_curves_and_kinject_s_metrics(tmp_path, textcls_dir, tiny_model):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    assert kinject(*args(textcls_dir, out, "--set", "training.report_to=[tensorboard]",
+                         "--set", "training.logging_steps=1")) == 0
+    plain = tmp_path / "plain"
+    assert kinject(*args(textcls_dir, plain)) == 0
+    keys = [{s["name"]: s["key"] for s in json.loads((d / "run.json").read_text())["stages"]} for d in (out, plain)]
+    assert keys[0] == keys[1]  # trackers are not keyed
+    tags = {}
+    for folder in (out / "logs").iterdir():
+        events = EventAccumulator(str(folder))
+        events.Reload()
+        tags[folder.name] = set(events.Tags()["scalars"])
+    assert any(t.startswith("train/loss") for t in tags["finetune"])  # the Trainer's curve
+    assert "kinject/eval/accuracy" in tags["finetune"]  # dev selection's scores
+    assert "kinject/test/accuracy" in tags["evaluate"]  # the evaluate stage's metrics

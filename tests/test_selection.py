@@ -142,4 +142,5 @@ def test_the_paper_protocol_fills_what_the_run_does_not_set(tmp_path, textcls_di
     capsys.readouterr()
     assert kinject("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
                    "--set", "protocol=tutorial", "--dry-run") == 2
-    assert "protocol: strategy 'finetune' has no 'tutorial' protocol (has: kinject, paper, quick)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "protocol: strategy 'finetune' has no 'tutorial' protocol (has: kinject, paper, quick)" in err

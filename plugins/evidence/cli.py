@@ -93,27 +93,38 @@ def sweep(strategy: str = typer.Argument(..., help="Strategy name"),
           data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Datasets folder"),
           cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Stage cache folder"),
           seed: Optional[int] = typer.Option(None, "--seed", help="Run seed (also seeds the sampler)"),
+          folds: Optional[int] = typer.Option(None, "--folds", min=2, help="Score each trial by K-fold cross-"
+                                              "validation on the train split (default: 5 folds when it has under "
+                                              "1,000 examples)"),
+          no_folds: bool = typer.Option(False, "--no-folds", help="Score --split of each trial's run, whatever the "
+                                        "train split's size"),
           debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Search hyper-parameters with optuna; every trial is a cached run; writes <output>/best.yaml."""
     from rich.table import Table
 
+    from kinject.api import SpecError
     from kinject.plugins.evidence.study import run_sweep
 
+    if folds is not None and no_folds:
+        raise SpecError("--folds and --no-folds: choose one")
     fields = {"model.name": model, "seed": seed, "data_dir": data_dir and str(data_dir),
               "cache_dir": cache_dir and str(cache_dir)}
     out = output or Path("sweeps") / f"{strategy}-{task or 'task'}"
     result = run_sweep(strategy, task, space, trials, out, storage=storage, metric=metric, direction=direction,
                        split=split, study_name=study, config=config, sets=sets, fields=fields, seed=seed or 0,
-                       announce=lambda line: console.print(line, highlight=False))
-    table = Table(title=f"study {result['study']} ({result['direction']} {result['split']} {result['metric']})",
-                  title_justify="left")
-    for column in ("trial", "state", "value", "params"):
+                       folds=0 if no_folds else folds, announce=lambda line: console.print(line, highlight=False))
+    scored = f"mean {result['split']} {result['metric']} of {result['folds']} train folds" if result["folds"] else \
+        f"{result['split']} {result['metric']}"
+    table = Table(title=f"study {result['study']} ({result['direction']} {scored})", title_justify="left")
+    for column in ("trial", "state", "value", *(("folds",) if result["folds"] else ()), "params"):
         table.add_column(column)
     for t in result["trials"]:
-        table.add_row(str(t["number"]), t["state"], "-" if t["value"] is None else f"{t['value']:.4f}",
+        per_fold = (" ".join(f"{v:.3f}" for v in t["fold_scores"] or []),) if result["folds"] else ()
+        table.add_row(str(t["number"]), t["state"], "-" if t["value"] is None else f"{t['value']:.4f}", *per_fold,
                       ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in t["params"].items()))
     console.print(table)
     best = result["best"]
-    console.print(f"best: trial {best['trial']} ({best['value']:.4f}) -> {best['path']}; run it with "
+    retrain = " (trains on the whole train split)" if result["folds"] else ""
+    console.print(f"best: trial {best['trial']} ({best['value']:.4f}) -> {best['path']}; run it{retrain} with "
                   f"kinject run {strategy} --config {best['path']}" if best else "no trial completed: no best.yaml",
                   highlight=False)

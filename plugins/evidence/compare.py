@@ -128,8 +128,20 @@ def compare_runs(run_sets: list[RunSet], split: str = "test", metrics: list[str]
                                            f"{value:.6g} but metrics.json says {reported[s]:.6g}")
             row.update(run=run_set.name, strategy=run_set.strategy, seeds=sorted(run_set.runs),
                        per_seed={str(s): v for s, v in row["per_seed"].items()})
+            if any(s.probe() for s in run_sets):  # the knowledge probe beside the task metric
+                row["probe"] = _probe_row(run_set)
         out["metrics"].append({"metric": key, "rows": rows})
     return out
+
+
+def _probe_row(run_set: RunSet) -> dict | None:
+    """The run set's knowledge probe (AUROC of its model and of the base model, mean over seeds, and the gain)."""
+    probe = run_set.probe()
+    if probe is None:
+        return None
+    mean = lambda values: float(np.mean(list(values.values())))  # noqa: E731
+    return {"measure": probe["measure"], "model": mean(probe["model"]), "base": mean(probe["base"]),
+            "gain": probe["gain"], "chance": probe["chance"], "seeds": sorted(probe["model"])}
 
 
 def _file_context(path: Path) -> Run | None:
@@ -182,6 +194,11 @@ def comparison_table(result: dict[str, Any], block: dict[str, Any]) -> tuple[lis
         if row.get("paired_seeds"):
             seeds += f" ({len(row['paired_seeds'])} paired)"
         rows.append([row["run"], seeds, f"{row['value']:.4f}", *cells])
+    if any("probe" in row for row in block["rows"]):
+        headers.append("probe AUROC (base; gain)")
+        for cells, row in zip(rows, block["rows"]):
+            probe = row.get("probe")
+            cells.append("-" if not probe else f"{probe['model']:.4f} ({probe['base']:.4f}; {probe['gain']:+.4f})")
     return headers, rows
 
 
@@ -200,3 +217,6 @@ def print_comparison(result: dict[str, Any], console) -> None:
         for row in rows:
             table.add_row(*map(escape, row))
         console.print(table)
+        if any("probe" in row for row in block["rows"]):
+            console.print("probe: a frozen-encoder probe on held-out HPO is-a facts (the run's model; the base model; "
+                          "chance 0.5; docs/knowledge-sources.md)", highlight=False)

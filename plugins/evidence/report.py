@@ -70,8 +70,35 @@ def _results_section(groups: dict[str, list[RunSet]], split: str) -> list[Block]
             continue
         rows = [[s.name, str(len(s.runs))] + [_mean_std(v) if (v := _seed_values(s, split, m)) else "-" for m in names]
                 for s in sets]
-        blocks += [Heading(3, task), TableBlock(["run", "seeds", *names], rows)]
+        headers = ["run", "seeds", *names]
+        if any(s.probe() for s in sets):  # the knowledge probe beside the task metrics
+            headers += PROBE_COLUMNS
+            for row, s in zip(rows, sets):
+                row += _probe_cells(s)
+        blocks += [Heading(3, task), TableBlock(headers, rows)]
+    if any(s.probe() for sets in groups.values() for s in sets):
+        blocks.append(Para(PROBE_NOTE))
     return blocks
+
+
+PROBE_COLUMNS = ["probe AUROC", "probe AUROC, base model", "probe gain"]
+PROBE_NOTE = ("Probe: the run's final encoder and the base model, frozen, each embed held-out HPO is-a facts (both "
+              "term names, mean-pooled); a logistic regression fit on probe-train facts is scored on probe-test facts "
+              "(AUROC; chance 0.5). Gain: the run's model minus the base model (docs/knowledge-sources.md).")
+
+
+def _probe_cells(run_set: RunSet) -> list[str]:
+    probe = run_set.probe()
+    if probe is None:
+        return ["-"] * len(PROBE_COLUMNS)
+    gains = [probe["model"][seed] - probe["base"][seed] for seed in probe["model"]]
+    return [_mean_std(list(probe["model"].values())), _mean_std(list(probe["base"].values())),
+            _signed(gains)]
+
+
+def _signed(values: list[float]) -> str:
+    text = _mean_std(values)
+    return text if text.startswith("-") else "+" + text
 
 
 def _comparison_section(groups: dict[str, list[RunSet]], split: str, metrics: list[str] | None,

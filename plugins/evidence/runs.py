@@ -77,6 +77,16 @@ class Run:
         return load_predictions(path)
 
     @cached_property
+    def probe(self) -> dict | None:
+        """The run's knowledge probe (metrics.json ``probe``, else the run folder's probe.json: ``{model, base,
+        chance, gain}``); None for a run without one."""
+        found = self.metrics.get("probe")
+        if isinstance(found, dict):
+            return found
+        path = self.path / "probe.json"
+        return _read_json(path) if path.is_file() else None
+
+    @cached_property
     def labels(self) -> tuple[str, ...]:
         """The task head's label order (model/config.json id2label), () when unknown."""
         path = self.path / "model" / "config.json"
@@ -105,6 +115,18 @@ class RunSet:
     @property
     def strategy(self) -> str:
         return (self.first.info.get("spec", {}).get("strategy") or {}).get("name", "?")
+
+    def probe(self, measure: str = "auroc") -> dict | None:
+        """The knowledge probe over this set's seeds: per-seed ``measure`` of the run's model and of the base model
+        and their mean ``gain``, with ``chance``; None when no run has a probe."""
+        found = [(seed, run.probe) for seed, run in sorted(self.runs.items()) if run.probe]
+        found = [(seed, p) for seed, p in found if all(measure in (p.get(side) or {}) for side in ("model", "base"))]
+        if not found:
+            return None
+        model = {seed: float(p["model"][measure]) for seed, p in found}
+        base = {seed: float(p["base"][measure]) for seed, p in found}
+        return {"measure": measure, "model": model, "base": base, "chance": found[0][1].get("chance", 0.5),
+                "gain": sum(model[s] - base[s] for s in model) / len(model)}
 
 
 def _expand(argument: str) -> list[Path]:

@@ -10,7 +10,8 @@ from typing import Any, Callable
 import yaml
 
 from kinject.api import KinjectError, SpecError
-from kinject.plugins.evidence.sweep import PruningReporter, Param, base_spec_data, load_space, set_field, validate_space
+from kinject.plugins.evidence.sweep import (AUTO_FOLDS, AUTO_FOLDS_BELOW, Param, PruningReporter, base_spec_data,
+                                            fold_spec, load_space, set_field, validate_space)
 
 __kinject_fingerprint__ = False  # orchestration: computes nothing a stage writes
 
@@ -79,35 +80,57 @@ def retry_failed(study) -> int:
 
 
 def _objective(space: list[Param], base: dict, output: Path, strategy: str, metric: str, split: str,
-               announce: Callable[[str], None]) -> Callable:
+               announce: Callable[[str], None], folds: int = 0) -> Callable:
     from kinject import api
     from kinject.api import atomic_write_text, build_spec, plugin_manager
 
+    def run_one(trial, data: dict, run_dir: Path, pruned_by_steps: bool) -> float:
+        """One kinject run of ``data`` into ``run_dir`` (spec beside it as ``<run_dir>.yaml``): its ``split`` metric."""
+        config = run_dir.with_suffix(".yaml")
+        atomic_write_text(config, yaml.safe_dump(data, sort_keys=False))
+        spec = build_spec({**data, "output": str(run_dir)})
+        run = api.prepare(spec, resume=True, command=["kinject", "run", strategy, "--config", str(config),
+                                                         "-o", str(run_dir)])
+        manager, reporter = plugin_manager(), PruningReporter(trial, metric) if pruned_by_steps else None
+        if reporter:
+            manager.register(reporter, name=f"kinject-sweep-trial-{trial.number}")
+        try:
+            metrics = api.execute(run, run_dir)
+        finally:
+            if reporter:
+                manager.unregister(reporter)
+        value = (metrics.get(split) or {}).get(metric)
+        if not isinstance(value, (int, float)):
+            raise KinjectError(f"trial {trial.number}: {run_dir}/metrics.json has no {split} {metric}")
+        return float(value)
+
     def objective(trial) -> float:
+        import optuna
+
         data = base
         for param in space:
             data = set_field(data, param.path, param.suggest(trial))
         trial.set_user_attr("spec", data)
         run_dir = output / f"trial-{trial.number}"
-        config = run_dir.with_suffix(".yaml")
-        atomic_write_text(config, yaml.safe_dump(data, sort_keys=False))
-        spec = build_spec({**data, "output": str(run_dir)})
         announce(f"trial {trial.number}: " + ", ".join(f"{k}={v}" for k, v in trial.params.items()))
-        run = api.prepare(spec, resume=True, command=["kinject", "run", strategy, "--config", str(config),
-                                                         "-o", str(run_dir)])
-        reporter = PruningReporter(trial, metric)
-        manager = plugin_manager()
-        manager.register(reporter, name=f"kinject-sweep-trial-{trial.number}")
-        try:
-            metrics = api.execute(run, run_dir)
-        finally:
-            manager.unregister(reporter)
-        value = (metrics.get(split) or {}).get(metric)
-        if not isinstance(value, (int, float)):
-            raise KinjectError(f"trial {trial.number}: {run_dir}/metrics.json has no {split} {metric}")
+        if not folds:
+            value = run_one(trial, data, run_dir, pruned_by_steps=True)
+            trial.set_user_attr("run_dir", str(run_dir))
+            announce(f"trial {trial.number}: {split} {metric} = {value:.4f}")
+            return value
+        atomic_write_text(run_dir.with_suffix(".yaml"), yaml.safe_dump(data, sort_keys=False))
+        scores: list[float] = []
+        for index in range(folds):  # each fold a fresh run: its own task object, stage keys holding the fold
+            scores.append(run_one(trial, fold_spec(data, index, folds), run_dir / f"fold-{index}", False))
+            mean = sum(scores) / len(scores)
+            trial.set_user_attr("fold_scores", scores)
+            trial.report(mean, index)  # pruned against other trials' means after as many folds
+            if index + 1 < folds and trial.should_prune():
+                raise optuna.TrialPruned(f"mean {split} {metric} {mean:.4g} after {index + 1} of {folds} folds")
         trial.set_user_attr("run_dir", str(run_dir))
-        announce(f"trial {trial.number}: {split} {metric} = {value:.4f}")
-        return float(value)
+        announce(f"trial {trial.number}: {split} {metric} = {mean:.4f} (mean of {folds} folds: "
+                 + ", ".join(f"{v:.3f}" for v in scores) + ")")
+        return mean
 
     return objective
 
@@ -126,12 +149,46 @@ def _check_objective(run, metric: str | None, split: str) -> str:
     return metric
 
 
+def choose_folds(run, folds: int | None, split: str, announce: Callable[[str], None]) -> int:
+    """The number of cross-validation folds of the sweep (0: none). ``folds`` None: :data:`AUTO_FOLDS` when the
+    task's train split has fewer than :data:`AUTO_FOLDS_BELOW` examples, else 0; 0: none; K: K folds."""
+    if folds is not None and folds != 0 and folds < 2:
+        raise SpecError(f"--folds {folds}: cross-validation needs at least 2 folds")
+    if run.task is None or run.members:  # a task group: its members' splits differ; sweep a member instead
+        if folds:
+            raise SpecError("--folds: cross-validation needs one task (not a task group)")
+        return 0
+    if run.spec.fold:
+        if folds:
+            raise SpecError(f"--folds: the spec already sets fold={run.spec.fold}; remove one of them")
+        return 0
+    examples = run.task.examples(run.task.train_split, run.env)
+    if folds is None:
+        if len(examples) >= AUTO_FOLDS_BELOW:
+            return 0
+        folds = AUTO_FOLDS
+        announce(f"{run.task.name}: the train split has {len(examples)} examples (< {AUTO_FOLDS_BELOW}): each trial "
+                 f"is scored by {folds}-fold cross-validation on it (--folds K to choose K, --no-folds to score the "
+                 "dev split instead); test is never scored")
+    if folds and split != "dev":
+        raise SpecError(f"--split {split}: with cross-validation each trial is scored on its folds' held-out part "
+                        "(dev); pass --no-folds to score another split")
+    groups = len({str(ex.get("group", i)) for i, ex in enumerate(examples)})
+    if folds > groups:
+        raise SpecError(f"--folds {folds}: the train split has only {groups} example group(s) to share out")
+    return folds
+
+
 def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, output: Path, *,
               storage: str | None = None, metric: str | None = None, direction: str = "maximize",
               split: str = "dev", study_name: str | None = None, config: Path | None = None,
               sets: list[str] | None = None, fields: dict[str, Any] | None = None, seed: int = 0,
-              announce: Callable[[str], None] = print) -> dict[str, Any]:
-    """Validate everything, then run trials until the study has ``trials`` finished ones; write best.yaml."""
+              folds: int | None = None, announce: Callable[[str], None] = print) -> dict[str, Any]:
+    """Validate everything, then run trials until the study has ``trials`` finished ones; write best.yaml.
+
+    ``folds``: None decides by the train split's size (:func:`choose_folds`), 0 scores ``split`` of each trial's
+    run, K >= 2 scores each trial by K-fold cross-validation on the train split (the mean of the folds' dev
+    scores); best.yaml is then the plain spec, which ``kinject run`` trains on the whole train split."""
     import optuna
 
     from kinject import api
@@ -143,6 +200,9 @@ def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, ou
     space = load_space(space_file)
     validate_space(space, base, space_file)
     run = api.prepare(build_spec(base))  # data, model, plugins: every user error before any trial
+    folds = choose_folds(run, folds, split, announce)
+    if folds:
+        run = api.prepare(build_spec(fold_spec(base, 0, folds)))  # the fold runs' spec must be valid too
     metric = _check_objective(run, metric, split)
     output = Path(output)
     name = study_name or f"kinject-{base['strategy']['name']}-{base['task']['name']}"
@@ -155,27 +215,45 @@ def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, ou
     with FileLock(str(output / ".study.lock")):  # processes started together create one study and all join it
         store = store or open_storage(f"sqlite:///{(output / 'study.db').resolve()}")
         study = open_study(store, name, direction)
+        _check_study_folds(study, name, folds)
     study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials))  # reproducible per invocation
     queued = retry_failed(study)
     if queued:
         announce(f"retrying {queued} failed trial(s) with their parameters")
     remaining = trials - len(finished(study))
     if remaining > 0:
-        objective = _objective(space, base, output, base["strategy"]["name"], metric, split, announce)
+        objective = _objective(space, base, output, base["strategy"]["name"], metric, split, announce, folds)
         study.optimize(objective, n_trials=remaining,
                        callbacks=[optuna.study.MaxTrialsCallback(trials, states=(
                            optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))])
     else:
         announce(f"study {name!r} already has {len(finished(study))} finished trial(s) (asked for {trials})")
-    best = write_best(study, output)
+    best = write_best(study, output, folds)
     return {"study": name, "storage": storage or f"sqlite:///{output / 'study.db'}", "metric": metric,
-            "split": split, "direction": direction, "best": best,
-            "trials": [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params}
-                       for t in study.trials]}
+            "split": split, "direction": direction, "folds": folds, "best": best,
+            "trials": [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
+                        "fold_scores": t.user_attrs.get("fold_scores")} for t in study.trials]}
 
 
-def write_best(study, output: Path) -> dict[str, Any] | None:
-    """``output/best.yaml``: the best finished trial's spec (None when no trial completed)."""
+def _check_study_folds(study, name: str, folds: int) -> None:
+    """A study's trials are scored one way: record the folds of a new study, refuse to continue one scored
+    otherwise (its values would not be comparable)."""
+    recorded = study.user_attrs.get("folds", 0 if study.trials else None)
+    if recorded is None:
+        study.set_user_attr("folds", folds)
+        return
+    if recorded != folds:
+        def how(k: int) -> str:
+            return f"{k}-fold cross-validation of the train split" if k else "a split of each trial's run"
+
+        again = f"--folds {recorded}" if recorded else "--no-folds"
+        raise KinjectError(f"study {name!r} scores its trials by {how(recorded)}, this sweep by {how(folds)}; "
+                           f"pass {again} to continue it, or use another --output (or --study)")
+
+
+def write_best(study, output: Path, folds: int = 0) -> dict[str, Any] | None:
+    """``output/best.yaml``: the best finished trial's spec (None when no trial completed); with ``folds``, the
+    plain spec (no ``fold``): run, it trains on the whole train split."""
     from optuna.trial import TrialState
 
     from kinject.api import atomic_write_text
@@ -184,6 +262,7 @@ def write_best(study, output: Path) -> dict[str, Any] | None:
         return None
     best = study.best_trial
     path = Path(output) / "best.yaml"
-    header = f"# kinject sweep {study.study_name}: trial {best.number}, value {best.value!r}\n"
+    how = f", the mean of {folds} folds of the train split (this spec trains on all of it)" if folds else ""
+    header = f"# kinject sweep {study.study_name}: trial {best.number}, value {best.value!r}{how}\n"
     atomic_write_text(path, header + yaml.safe_dump(best.user_attrs["spec"], sort_keys=False))
     return {"trial": best.number, "value": best.value, "params": best.params, "path": str(path)}

@@ -14,6 +14,9 @@ trial that failed (e.g. an interrupted process) is retried once with the same pa
 stages and checkpoints are reused). Trials are pruned (optuna's MedianPruner) from the dev scores the
 training stages announce every ``training.eval_steps`` steps (hook ``kinject_metrics_logged``,
 ``eval/<metric>``). The best trial's spec is written to ``<output>/best.yaml`` for ``kinject run --config``.
+
+Small training splits (``--folds K``; automatic under :data:`AUTO_FOLDS_BELOW` examples): each trial is K runs on
+the folds of the train split (:func:`fold_spec`), its value the mean of the folds' dev scores; test is never scored.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from kinject.api import KinjectError, SpecError, hookimpl
 __kinject_fingerprint__ = False  # orchestration: computes nothing a stage writes
 
 RANGE_KEYS = {"low", "high", "log", "step"}
+AUTO_FOLDS, AUTO_FOLDS_BELOW = 5, 1000  # without --folds/--no-folds: 5-fold CV when train has < 1000 examples
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,21 @@ def set_field(data: dict, path: str, value: Any) -> dict:
             node[part] = [] if following.isdigit() else {}
         node = node[index]
     node[int(parts[-1]) if isinstance(node, list) else parts[-1]] = value
+    return data
+
+
+def fold_spec(data: dict, index: int, folds: int) -> dict:
+    """Spec data of fold ``index`` of a ``folds``-fold cross-validation of ``data`` on its train split.
+
+    The fold is the run's "dev" split and the other folds its train split (``fold``, seed 0: every trial sees the
+    same folds); only dev is scored (``training.eval_splits``), so test is never predicted. Fine-tuning keeps its
+    last weights (``training.selection=last``): selecting the best epoch on the fold it is then scored on would
+    report the best point of a noisy curve (more so for budgets with more evaluations), not what the setting gives.
+    No knowledge probe: it does not enter the objective."""
+    for path, value in (("fold", f"{index}/{folds}"), ("training.eval_splits", ["dev"]),
+                        ("training.selection", "last"), ("training.select_every", None),
+                        ("training.patience", None), ("knowledge_probe", False)):
+        data = set_field(data, path, value)
     return data
 
 

@@ -13,6 +13,9 @@ from typing import Iterator
 log = logging.getLogger("kinject")
 
 MLM_HEAD_PREFIXES = ("cls.", "lm_head.", "vocab_", "generator_lm_head", "predictions.")
+#: a from-scratch shape's fields and the (BERT-style) config attributes they set
+SHAPE_ATTRIBUTES = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+                    "intermediate": "intermediate_size", "positions": "max_position_embeddings"}
 
 
 def usable_positions(config) -> int:
@@ -60,14 +63,22 @@ def scratch_config(base_path: str, revision: str | None, tokenizer, shape: dict)
     config = AutoConfig.from_pretrained(base_path, revision=revision)
     config.vocab_size = len(tokenizer)
     config.pad_token_id = tokenizer.pad_token_id
-    names = {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
-             "intermediate": "intermediate_size", "positions": "max_position_embeddings"}
-    for key, attribute in names.items():
+    for key, attribute in SHAPE_ATTRIBUTES.items():
         if shape.get(key) is not None:
             setattr(config, attribute, shape[key])
     if shape.get("hidden") is not None and shape.get("intermediate") is None:
         config.intermediate_size = 4 * shape["hidden"]
     return config
+
+
+def architecture(model) -> dict:
+    """A masked-LM's shape (layers, hidden, heads, intermediate, positions, vocabulary; None where its config
+    names them otherwise) and parameter counts (all, and the encoder's), to show two models are the same size."""
+    names = {**SHAPE_ATTRIBUTES, "vocab": "vocab_size"}
+    shape = {key: getattr(model.config, attribute, None) for key, attribute in names.items()}
+    shape.update(parameters=sum(p.numel() for p in model.parameters()),
+                 encoder_parameters=sum(p.numel() for p in model.base_model.parameters()))
+    return shape
 
 
 def pooler_state(model_or_path, revision: str | None = None, attn: str = "sdpa") -> dict:

@@ -1,6 +1,6 @@
 """Continued masked-LM training as public stage builders: pack texts (:func:`pack_stage`), then train a masked-LM
-on them with whole-word masking (:func:`mlm_stage`) - continuing the run's model, fitting its missing MLM head, or
-from scratch. A strategy builds them in ``stages`` from its own texts stage::
+on them with whole-word (default) or token-level masking (:func:`mlm_stage`) - continuing the run's model, fitting
+its missing MLM head, or from scratch. A strategy builds them in ``stages`` from its own texts stage::
 
     from kinject.plugins.knowledge.mlm import mlm_stage, pack_stage
 
@@ -11,7 +11,8 @@ from scratch. A strategy builds them in ``stages`` from its own texts stage::
 
 The texts file's forms are in :mod:`.packing`. An MLM stage writes ``model/`` (the masked-LM with the encoder's
 pooler: ``AutoModelForMaskedLM`` and ``AutoModel`` load it; ``init_from`` of a fine-tune stage takes it) and
-``train.json`` (loss, steps, tokens/s, useful-token fraction). Masking is seeded per batch (resumes are exact).
+``train.json`` (loss, steps, tokens/s, useful-token fraction, the model's architecture and parameter counts).
+Masking is seeded per batch (resumes are exact).
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ MODES = ("head", "continual", "scratch")
 
 
 class MaskingConfig(StageConfig):
-    """Whole-word masking: the share of words selected, and of those replaced by [MASK] or by random tokens."""
+    """Masking: the unit (whole words, or single tokens), the share of units selected, and of those the share
+    replaced by [MASK] or by random tokens (the rest are kept)."""
 
+    unit: Literal["whole_word", "token"] = "whole_word"
     probability: float = 0.15
     mask_replace: float = 0.8
     random_replace: float = 0.1
@@ -168,15 +171,17 @@ def start_model(cfg: MlmConfig, tokenizer, ctx: StageContext):
 def mlm_body(cfg: MlmConfig, ctx: StageContext) -> None:
     from datasets import Dataset
 
-    from .masked_lm import save_mlm, train_mlm
+    from .masked_lm import architecture, save_mlm, train_mlm
     from .masking import WholeWordMaskCollator
 
     tokenizer = stage_tokenizer(cfg.model, cfg.vocab_stage, ctx)
     model, pooler = start_model(cfg, tokenizer, ctx)
     dataset = Dataset.from_file(str(ctx.inputs[cfg.pack_stage] / PACKED_FILE))
     collator = WholeWordMaskCollator(tokenizer, cfg.masking.probability, cfg.masking.mask_replace,
-                                     cfg.masking.random_replace, seed=cfg.seed)
+                                     cfg.masking.random_replace, seed=cfg.seed, unit=cfg.masking.unit)
+    shape = architecture(model)
     stats = train_mlm(model, dataset, collator, cfg.training, ctx.work, cfg.seed, ctx.name, ctx.resume)
+    stats["architecture"] = shape
     if is_main_process():
         save_mlm(model, tokenizer, pooler, ctx.out / "model")
         (ctx.out / "train.json").write_text(json.dumps(stats, indent=2, default=str))

@@ -1,9 +1,11 @@
 """MoP step 2: one bottleneck adapter per partition learns to predict the part's entities, the base model frozen.
 
-Input ``[CLS] h [SEP] r [SEP]`` (the partition's "tail" rows) -> a score per entity of the part from the last
-layer's [CLS] (a name-scoring or a linear head); with ``bidirectional`` also ``[CLS] r [SEP] t [SEP]`` -> h (the
-reference code's head prediction). A fraction of the part's triples is held out to measure the adapter (the
-paper's Fig. 2), next to the tail prior's accuracy and on the adapter's own training rows (the facts it stored).
+Input ``[CLS] h [SEP] r [SEP]`` (the partition's "tail" rows) -> a score per entity of the part (``entity_head``: a
+name-scoring or a free linear head on the last layer's [CLS], or the reference code's frozen random map from the
+pooler output); with ``bidirectional`` also ``[CLS] r [SEP] t [SEP]`` -> h (the reference code's head prediction). A
+fraction of the part's triples is held out to measure the adapter's entity prediction (kinject's diagnostic, not the
+paper's Fig. 2, which scores each adapter alone downstream), next to the tail prior's accuracy and on the adapter's
+own training rows (the facts it stored).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from torch import nn
 
 from kinject.api import StageContext, masked_mean, plain
 
-from .part_adapters import adapter_encoder, adapter_name, base_digest
+from .part_adapters import adapter_encoder, adapter_name, base_digest, saved_adapter_digest
 from .partition import kg_columns, kg_data
 from .stages import PartAdapterConfig
 
@@ -110,21 +112,53 @@ def name_embeddings(encoder, tokenizer, names: list[str], max_length: int, batch
     return out
 
 
-class EntityPredictor(nn.Module):
-    """An adapters-initialised encoder (one active adapter) with an entity head on the last layer's [CLS]: a free
-    linear layer (the reference code) or, given the classes' name embeddings, a :class:`NameScoringHead`."""
+class FrozenRandomHead(nn.Module):
+    """The reference code's entity head: it replaces the classifier of a ``BertForSequenceClassification`` after
+    building the optimiser, so the part's entities are scored by dropout and a randomly initialised linear map on the
+    pooler output (pooler frozen with the base) that never trains; only the adapter learns."""
 
-    def __init__(self, encoder: nn.Module, num_classes: int, name_embeddings: torch.Tensor | None = None):
+    reads_pooler = True  # EntityPredictor feeds it the pooler output, not the last layer's [CLS]
+
+    def __init__(self, hidden: int, num_classes: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.linear = nn.Linear(hidden, max(num_classes, 1)).requires_grad_(False)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.dropout(pooled))
+
+
+def frozen_random_head(encoder, num_classes: int) -> FrozenRandomHead:
+    """:class:`FrozenRandomHead` for ``encoder`` (its classifier dropout, as ``BertForSequenceClassification``)."""
+    if getattr(encoder, "pooler", None) is None:
+        from kinject.api import SpecError
+
+        raise SpecError(f"strategy.entity_head: frozen-random reads the pooler output; {type(encoder).__name__} "
+                        "has no pooler")
+    config = encoder.config
+    dropout = getattr(config, "classifier_dropout", None)
+    return FrozenRandomHead(config.hidden_size, num_classes,
+                            dropout if dropout is not None else config.hidden_dropout_prob)
+
+
+class EntityPredictor(nn.Module):
+    """An adapters-initialised encoder (one active adapter) with an entity head: ``head`` if given (e.g. a
+    :class:`FrozenRandomHead`), else a :class:`NameScoringHead` given the classes' name embeddings, else a free
+    linear layer on the last layer's [CLS]."""
+
+    def __init__(self, encoder: nn.Module, num_classes: int, name_embeddings: torch.Tensor | None = None,
+                 head: nn.Module | None = None):
         super().__init__()
         self.encoder = encoder
-        self.head = (NameScoringHead(name_embeddings) if name_embeddings is not None
-                     else nn.Linear(encoder.config.hidden_size, max(num_classes, 1)))
+        self.head = head if head is not None else (
+            NameScoringHead(name_embeddings) if name_embeddings is not None
+            else nn.Linear(encoder.config.hidden_size, max(num_classes, 1)))
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None):
         from transformers.modeling_outputs import SequenceClassifierOutput
 
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state[:, 0]
+        out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        hidden = out.pooler_output if getattr(self.head, "reads_pooler", False) else out.last_hidden_state[:, 0]
         logits = self.head(hidden)
         loss = F.cross_entropy(logits, labels.view(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss=loss, logits=logits)
@@ -232,7 +266,8 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     names = (name_embeddings(encoder, tokenizer, [data.entities[i] for i in classes], cfg.kg.max_length)
              if cfg.entity_head == "names" else None)  # by the base model, before the adapter exists
     encoder = adapter_encoder(encoder, name, cfg.adapter)
-    model = EntityPredictor(encoder, len(classes), names)
+    head = frozen_random_head(encoder, len(classes)) if cfg.entity_head == "frozen-random" else None
+    model = EntityPredictor(encoder, len(classes), names, head)
     before = base_digest(encoder)
     collator = KGCollator(tokenizer)
     stats: dict = {}
@@ -256,6 +291,7 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     if stats and heldout_features:
         check_learning(ctx.name, cfg.part, heldout, prior, trained, trained_prior)
     encoder.save_adapter(str(ctx.out / "adapter"), name, use_safetensors=True)
+    saved = saved_adapter_digest(ctx.out / "adapter")  # the fusion checks what it loads against this
     save_file({**{k: v.detach().contiguous() for k, v in model.head.state_dict().items()},
                "classes": torch.from_numpy(classes)}, str(ctx.out / "entity_head.safetensors"))
     summary = {"part": cfg.part, "adapter": name, "entities": int((parts == cfg.part).sum()),
@@ -264,7 +300,7 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
                "entity_head": cfg.entity_head, "train_probe": trained, "train_probe_prior": trained_prior,
                "train_loss": stats.get("train_loss"), "useful_token_fraction": stats.get("useful_token_fraction"),
                "train_seconds": stats.get("train_runtime"), "train": stats,
-               "base_sha256": after, "base_unchanged": after == before}
+               "base_sha256": after, "base_unchanged": after == before, "adapter_sha256": saved}
     (ctx.out / "adapter.json").write_text(json.dumps(plain(summary), indent=1))
     log.info("%s: %d classes, %d training rows, held-out accuracy@1 %.3f", ctx.name, len(classes),
              len(train_features), heldout.get("accuracy@1", float("nan")))

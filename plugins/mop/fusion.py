@@ -1,7 +1,8 @@
 """MoP step 3: the task model fine-tuned with the K partition adapters mixed in every layer, on the `adapters`
 library: Gumbel and MoE fusion layers swapped into the library's fusion slot, the trainer that adds the fusion
 losses, saving / loading a fused task model, and the configs that make the kernel's fine-tune and evaluate stages
-do this (:class:`FusionConfig`, :class:`FusedEvaluateConfig`).
+do this (:class:`FusionConfig`, :class:`FusedEvaluateConfig`). A task model may also use a subset of the parts
+(fused) or a single adapter alone (no fusion: the paper's Fig. 2).
 
 adapters 1.3's own fusion (:class:`adapters.methods.modeling.BertFusion`) is the ``softmax`` mixture and is used
 as is. ``gumbel`` and ``moe`` subclass it (same query / key / value projections, so the same saved weights) and
@@ -15,6 +16,7 @@ change only how attention scores over the K adapters become mixture weights:
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from torch import nn
 
 from kinject.api import EvaluateConfig, FinetuneConfig, Head, StageContext
 
-from .part_adapters import adapter_names, quiet_activation
+from .part_adapters import check_loaded_adapter, quiet_activation, saved_adapter_name
 
 
 class MixtureFusion(BertFusion):
@@ -175,15 +177,29 @@ def mixture_trainer_class():
 
 
 # -- building, saving, loading ------------------------------------------------------------------------ #
-def attach_partition_adapters(model, adapter_dirs: list[Path], mixture: dict[str, Any], joint: bool) -> Fuse:
-    """Load the K partition adapters into an adapters-ready task model, add their fusion ("dynamic"), install
-    the mixture and set what trains: everything (``joint``) or the fusion layers and the task head."""
+def attach_partition_adapters(model, adapter_dirs: list[Path], mixture: dict[str, Any], joint: bool,
+                              digests: list[str | None] | None = None) -> Fuse | str:
+    """Load the partition adapters saved in ``adapter_dirs`` (each under its saved name, checked bit for bit against
+    the file and, given, the stage's recorded ``digests``: :func:`check_loaded_adapter`) into an adapters-ready task
+    model, add their fusion ("dynamic"), install the mixture and set what trains: everything (``joint``) or the fusion
+    layers and the task head. Returns the active setup: the ``Fuse``, or for a single adapter its name (that adapter
+    alone, no fusion; not ``joint``: only the task head trains)."""
     import adapters
 
     adapters.init(model)
-    names = adapter_names(len(adapter_dirs))
-    for name, folder in zip(names, adapter_dirs):
+    names = []
+    for folder, digest in zip(adapter_dirs, digests or [None] * len(adapter_dirs)):
+        name = saved_adapter_name(folder)
+        if name in names:
+            raise ValueError(f"{folder}: a second adapter saved as {name!r}")
         model.load_adapter(str(folder), load_as=name, use_safetensors=True)
+        check_loaded_adapter(model, folder, name, digest)
+        names.append(name)
+    if len(names) == 1:
+        with quiet_activation():
+            model.set_active_adapters(names[0])
+        model.freeze_model(not joint)
+        return names[0]
     fuse = Fuse(*names)
     model.add_adapter_fusion(fuse, "dynamic")
     install_mixture(model, fuse, **mixture)
@@ -194,13 +210,14 @@ def attach_partition_adapters(model, adapter_dirs: list[Path], mixture: dict[str
     return fuse
 
 
-def save_fused_model(model, tokenizer, directory: Path, fuse: Fuse, mixture: dict[str, Any]) -> None:
+def save_fused_model(model, tokenizer, directory: Path, setup: Fuse | str, mixture: dict[str, Any]) -> None:
     """``save_pretrained`` (adapters writes its adapter and fusion configs into config.json) plus what MoP needs
-    to rebuild the mixture: ``config.mop`` and ``config.kinject_strategy``."""
+    to rebuild the mixture: ``config.mop`` and ``config.kinject_strategy``. ``setup``: the fusion, or the name of a
+    single adapter used alone."""
     from kinject.api import save_model
 
     model.config.kinject_strategy = "mop"
-    model.config.mop = {"adapters": list(fuse.children), **mixture}
+    model.config.mop = {"adapters": list(setup.children) if isinstance(setup, Fuse) else [setup], **mixture}
     save_model(model, tokenizer, directory)
 
 
@@ -221,8 +238,9 @@ def load_fused_model(directory: Path, head_kind: str | None = None, attn_impleme
     auto = AutoModelForTokenClassification if token else AutoModelForSequenceClassification
     model = adapters.load_model(str(directory), auto._model_mapping[type(config)], local_files_only=offline(),
                                 attn_implementation=attn_implementation)
-    fuse = Fuse(*settings.pop("adapters"))
-    layers = install_mixture(model, fuse, **settings)
+    names = settings.pop("adapters")
+    setup = Fuse(*names) if len(names) > 1 else names[0]  # one adapter: used alone, no fusion
+    layers = install_mixture(model, setup, **settings) if len(names) > 1 else []
     extra = {f"{_module_name(model, layer)}.w_noise": layer for layer in layers if isinstance(layer, MoEFusion)}
     if extra:  # parameters the library's own fusion class does not have
         from safetensors import safe_open
@@ -235,7 +253,7 @@ def load_fused_model(directory: Path, head_kind: str | None = None, attn_impleme
 
         MeanPooler.install(model)
     with quiet_activation():
-        model.set_active_adapters(fuse)
+        model.set_active_adapters(setup)
     return model.eval()
 
 
@@ -246,8 +264,8 @@ def _module_name(model, module) -> str:
 # -- the stages: the kernel's fine-tune and evaluate bodies, through their extension points ------------------ #
 class FusionConfig(FinetuneConfig):
     """Fine-tune the task model with the partition adapters of the stages ``adapters`` (in partition order) loaded,
-    their fusion added and the ``mixture`` (mixture, tau, top_k, loss_coef: :func:`install_mixture`) installed;
-    ``joint``: the base and the adapters train too."""
+    their fusion added and the ``mixture`` (mixture, tau, top_k, loss_coef: :func:`install_mixture`) installed (one
+    stage: its adapter alone); ``joint``: the base and the adapters train too."""
 
     adapters: list[str]
     mixture: dict
@@ -255,15 +273,18 @@ class FusionConfig(FinetuneConfig):
 
     def prepare_model(self, model, ctx: StageContext):
         torch.manual_seed(self.seed)  # fusion-layer initialisation
-        attach_partition_adapters(model, [ctx.inputs[name] / "adapter" for name in self.adapters], self.mixture,
-                                  self.joint)
+        folders = [ctx.inputs[name] for name in self.adapters]
+        digests = [json.loads((folder / "adapter.json").read_text()).get("adapter_sha256") for folder in folders]
+        attach_partition_adapters(model, [folder / "adapter" for folder in folders], self.mixture, self.joint,
+                                  digests)
         return model
 
     def trainer_class(self, head: Head):
         return mixture_trainer_class()
 
     def save_model(self, model, tokenizer, folder: Path, ctx: StageContext) -> None:
-        save_fused_model(model, tokenizer, folder, Fuse(*adapter_names(len(self.adapters))), self.mixture)
+        names = [saved_adapter_name(ctx.inputs[name] / "adapter") for name in self.adapters]
+        save_fused_model(model, tokenizer, folder, Fuse(*names) if len(names) > 1 else names[0], self.mixture)
 
 
 class FusedEvaluateConfig(EvaluateConfig):

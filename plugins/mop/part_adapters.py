@@ -1,12 +1,15 @@
 """MoP's partition adapters on the `adapters` library: their names, the configured adapter resolved (and tried on a
 one-layer copy of the model, so anything the library rejects fails before any stage), one added to an encoder as
-the only thing that trains, a digest of the frozen base, and a quiet activation."""
+the only thing that trains, a digest of the frozen base, a quiet activation, and the check that an adapter loaded
+into a task model holds exactly the tensors its stage saved."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from kinject.api import SpecError
@@ -17,11 +20,6 @@ logging.getLogger("adapters").setLevel(logging.WARNING)
 
 def adapter_name(part: int) -> str:
     return f"part-{part}"
-
-
-def adapter_names(k: int) -> list[str]:
-    """The partition adapters' names: part-0 .. part-(k-1)."""
-    return [adapter_name(i) for i in range(k)]
 
 
 @contextmanager
@@ -102,3 +100,69 @@ def base_digest(encoder) -> str:
         digest.update(key.encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
+
+
+# -- saved adapters: what a partition-adapter stage wrote, and the check that a task model loaded exactly that -- #
+WEIGHTS = "adapter.safetensors"  # what ``save_adapter(..., use_safetensors=True)`` writes
+
+
+def tensors_digest(tensors: dict) -> str:
+    """sha256 over the keys and raw bytes of ``tensors`` (sorted by key)."""
+    import torch
+
+    digest = hashlib.sha256()
+    for key in sorted(tensors):
+        digest.update(key.encode())
+        digest.update(tensors[key].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def saved_adapter_digest(folder: Path) -> str:
+    """:func:`tensors_digest` of the adapter saved in ``folder``."""
+    from safetensors.torch import load_file
+
+    return tensors_digest(load_file(str(Path(folder) / WEIGHTS)))
+
+
+def saved_adapter_name(folder: Path) -> str:
+    """The name an adapter was saved under (``adapter_config.json``), e.g. part-3."""
+    return json.loads((Path(folder) / "adapter_config.json").read_text())["name"]
+
+
+def check_loaded_adapter(model, folder: Path, name: str, expected_digest: str | None = None) -> None:
+    """DataError unless adapter ``name`` of ``model`` holds, bit for bit, every tensor saved in ``folder`` and no
+    other (the library only logs missing or unexpected keys, at INFO), and - given ``expected_digest``, what the
+    adapter stage recorded - the file still holds what the stage saved."""
+    import torch
+    from safetensors.torch import load_file
+
+    from kinject.api import DataError
+
+    folder = Path(folder)
+    saved_name = saved_adapter_name(folder)
+    saved = load_file(str(folder / WEIGHTS))
+    prefix = f"{model.base_model_prefix}."
+
+    def local(key: str, adapter: str) -> str:  # without the base-model prefix, the adapter called ``name``
+        return ".".join(name if part == adapter else part for part in key.removeprefix(prefix).split("."))
+
+    loaded = {local(k, name): v for k, v in model.state_dict().items() if name in k.split(".")}
+    stored = {local(k, saved_name): v for k, v in saved.items()}
+    problems = []
+    if expected_digest is not None and tensors_digest(saved) != expected_digest:
+        problems.append("the file no longer holds what the adapter stage saved (sha256 differs)")
+    if missing := sorted(set(stored) - set(loaded)):
+        problems.append(f"{len(missing)} saved tensors not loaded ({', '.join(missing[:3])})")
+    if unset := sorted(set(loaded) - set(stored)):
+        problems.append(f"{len(unset)} adapter tensors missing from the file, left at initialisation "
+                        f"({', '.join(unset[:3])})")
+    differ = sorted(k for k in set(stored) & set(loaded)
+                    if loaded[k].shape != stored[k].shape or loaded[k].dtype != stored[k].dtype
+                    or not torch.equal(loaded[k].detach().cpu(), stored[k]))
+    if differ:
+        problems.append(f"{len(differ)} tensors differ from the saved ones ({', '.join(differ[:3])})")
+    if not stored and not loaded:
+        problems.append("the file holds no tensors")
+    if problems:
+        raise DataError(f"partition adapter {name!r} did not load as saved: {'; '.join(problems)}. Delete its "
+                        "adapter stage's cache folder and run again", path=folder)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from kinject.api import SourceRef, Stage, TrainingSpec, evaluate_stage, finetune_stage
+from kinject.api import SourceRef, SpecError, Stage, TrainingSpec, evaluate_stage, finetune_stage
 
 from .config import MopConfig
 from .entity_prediction import adapter_body
@@ -44,9 +44,49 @@ def count_graph(ref: SourceRef, env, cap: int | None) -> tuple[int, int]:
     return _COUNTS[key]
 
 
+def used_parts(cfg: MopConfig) -> list[int]:
+    """The parts whose adapters the task model uses: ``adapters_used``, else all K."""
+    return list(cfg.adapters_used) if cfg.adapters_used is not None else list(range(cfg.partitions))
+
+
+def variant_label(cfg: MopConfig) -> str:
+    """How the comparison names this MoP: mop-<mixture>, for a subset mop-<mixture>-parts-i-j, for one part
+    mop-part-i-alone."""
+    parts = used_parts(cfg)
+    if len(parts) == cfg.partitions:
+        return f"mop-{cfg.mixture}"
+    if len(parts) == 1:
+        return f"mop-part-{parts[0]}-alone"
+    return f"mop-{cfg.mixture}-parts-{'-'.join(map(str, parts))}"
+
+
+def check_config(cfg: MopConfig, model_path: str) -> None:
+    """SpecError for settings that contradict each other or the model: a used part beyond K, a MoE top_k above
+    the adapters fused, the frozen-random entity head on a model without a pooler."""
+    parts = used_parts(cfg)
+    if parts[-1] >= cfg.partitions:
+        raise SpecError(f"strategy.adapters_used: part {parts[-1]} but only {cfg.partitions} partitions "
+                        f"(0..{cfg.partitions - 1})")
+    if cfg.mixture == "moe" and len(parts) > 1 and cfg.top_k > len(parts):
+        fused = f"{len(parts)} partitions" if len(parts) == cfg.partitions else \
+            f"{len(parts)} adapters in strategy.adapters_used"
+        raise SpecError(f"strategy.top_k: {cfg.top_k} adapters per token but only {fused}")
+    if cfg.entity_head == "frozen-random":
+        from transformers import AutoConfig, AutoModel
+
+        from kinject.api import offline
+
+        config = AutoConfig.from_pretrained(model_path, local_files_only=offline())
+        config.num_hidden_layers = 1
+        if getattr(AutoModel.from_config(config), "pooler", None) is None:
+            raise SpecError(f"strategy.entity_head: frozen-random reads the pooler output; {model_path} has no "
+                            "pooler (use names or linear)")
+
+
 def knowledge_stages(run, cfg: MopConfig, resolved: Resolved) -> list[Stage]:
-    """``mop-partition`` and one spread ``mop-adapter-<i>`` per part. They read the model's weights and tokenizer
-    only: the task's pooling and max length (and the run seed) would re-key, and retrain, identical adapters."""
+    """``mop-partition`` and one spread ``mop-adapter-<i>`` per used part. They read the model's weights and
+    tokenizer only: the task's pooling and max length (and the run seed, and which parts a run uses) would re-key,
+    and retrain, identical adapters."""
     model = run.model_ref().model_copy(update={"pooling": "cls", "max_length": cfg.kg_max_length})
     kg = KGSettings(source=resolved.source, max_length=cfg.kg_max_length, max_triples=cfg.kg_max_triples)
     partition = Stage(name=PARTITION, body=partition_body, artifacts=("partition.json",), config=PartitionConfig(
@@ -58,18 +98,18 @@ def knowledge_stages(run, cfg: MopConfig, resolved: Resolved) -> list[Stage]:
                                    model=model, kg=kg, partition_stage=PARTITION, part=i, adapter=resolved.adapter,
                                    training=training, seed=cfg.kg_seed, heldout_fraction=cfg.heldout_fraction,
                                    bidirectional=cfg.bidirectional, entity_head=cfg.entity_head))
-                         for i in range(cfg.partitions))]
+                         for i in used_parts(cfg))]
 
 
 def adapter_training(run, cfg: MopConfig) -> TrainingSpec:
-    """Partition-adapter optimisation (reference: AdamW, weight decay 0.01, warm-up 0.1); the run's training
-    settings are for the task, so they do not reach (or key) the knowledge side, except how often to log
-    and checkpoint."""
+    """Partition-adapter optimisation (AdamW, weight decay 0.01, warm-up ``adapter_warmup_ratio``: 0.1 by default,
+    the reference 0); the run's training settings are for the task, so they do not reach (or key) the knowledge
+    side, except how often to log and checkpoint, and the precision."""
     task = run.spec.training
     return TrainingSpec(epochs=cfg.adapter_epochs, max_steps=cfg.adapter_max_steps,
                         learning_rate=cfg.adapter_learning_rate, batch_size=cfg.adapter_batch_size,
-                        weight_decay=0.01, warmup_ratio=0.1, group_by_length=True, save_steps=task.save_steps,
-                        logging_steps=task.logging_steps, bf16=task.bf16, selection="last")
+                        weight_decay=0.01, warmup_ratio=cfg.adapter_warmup_ratio, group_by_length=True,
+                        save_steps=task.save_steps, logging_steps=task.logging_steps, bf16=task.bf16, selection="last")
 
 
 def fusion_stages(run, cfg: MopConfig, adapters: list[str]) -> list[Stage]:
@@ -85,10 +125,11 @@ def fusion_stages(run, cfg: MopConfig, adapters: list[str]) -> list[Stage]:
 
 def analysis_stage(run, cfg: MopConfig, adapters: list[str], evaluate: Stage) -> Stage:
     """``mop-analysis``: the adapters' accuracy per part and the mixture weights on the test split (else the last
-    evaluation split)."""
+    evaluation split); a single adapter alone has no mixture."""
     splits = evaluate.config.splits or list(run.task.eval_splits)
+    mixture = ("mixture.json", "mixture.png") if len(adapters) > 1 else ()
     return Stage(name="mop-analysis", body=analysis_body, inputs=(*adapters, FUSION), libraries=LIBRARIES,
-                 artifacts=("partition-adapters.json", "partition-adapters.png", "mixture.json", "mixture.png"),
+                 artifacts=("partition-adapters.json", "partition-adapters.png", *mixture),
                  config=AnalysisConfig(task=run.task_ref(), model_stage=FUSION, adapters=adapters,
                                        split="test" if "test" in splits else splits[-1],
                                        examples=cfg.mixture_examples, max_length=run.spec.model.max_length,

@@ -1,5 +1,7 @@
-"""MoP's analysis stage and its artifacts: per-partition adapter accuracy on held-out triples (the paper's Fig. 2)
-and the mixture weights over partitions of the last layer's [CLS] per evaluation example (Fig. 4), as JSON and PNG."""
+"""MoP's analysis stage and its artifacts: per-partition adapter entity prediction on held-out triples (kinject's
+diagnostic of what each adapter learned; the paper's Fig. 2 is downstream, each adapter alone: adapters_used=[i]) and
+the mixture weights over partitions of the last layer's [CLS] per evaluation example (the paper's Fig. 4, middle), as
+JSON and PNG."""
 
 from __future__ import annotations
 
@@ -142,6 +144,8 @@ def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
     summary = adapter_summary([json.loads((ctx.inputs[name] / "adapter.json").read_text()) for name in cfg.adapters])
     write_json(ctx.out / "partition-adapters.json", summary)
     plot_adapters(summary, ctx.out / "partition-adapters.png")
+    if len(cfg.adapters) < 2:  # one adapter used alone: no mixture
+        return
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     layer, weights, ids = mixture_weights(ctx.inputs[cfg.model_stage] / "model", task, env, cfg.split, cfg.examples,
                                           cfg.max_length, cfg.batch_size, cfg.attn_implementation)

@@ -45,7 +45,7 @@ class PartAdapterConfig(StageConfig):
     seed: int
     heldout_fraction: float
     bidirectional: bool
-    entity_head: str  # "names" or "linear" (MopConfig.entity_head)
+    entity_head: str  # "names", "linear" or "frozen-random" (MopConfig.entity_head)
     eval_batch_size: int = Field(256, json_schema_extra=NOT_KEYED)
 
 

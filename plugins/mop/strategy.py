@@ -1,8 +1,8 @@
 """The `mop` strategy: Mixture-of-Partitions (Meng et al., EMNLP 2021).
 
 Stages (each cached): ``finetune`` + ``evaluate`` (the plain baseline, the `finetune` strategy's own stages and cache
-keys), ``mop-partition`` (METIS over the KG's entity graph), ``mop-adapter-<i>`` for i < K (one bottleneck adapter
-per part, base frozen; spread over the processes of a ``torchrun`` launch), ``mop-finetune`` (base + adapters +
+keys), ``mop-partition`` (METIS over the KG's entity graph), ``mop-adapter-<i>`` for each part i used (one bottleneck
+adapter per part, base frozen; spread over the processes of a ``torchrun`` launch), ``mop-finetune`` (base + adapters +
 mixture + task head), ``mop-evaluate``, ``mop-analysis`` (adapter accuracy per part, mixture weights) and
 ``mop-compare`` (MoP vs the baseline, paired). Builders in :mod:`.plan`, configs in :mod:`.stages`.
 """
@@ -15,7 +15,7 @@ from kinject.api import SpecError, Stage, Strategy, evaluate_stage, finetune_sta
 
 from .config import MopConfig
 from .part_adapters import resolve_adapter_config
-from .plan import Resolved, analysis_stage, count_graph, fusion_stages, knowledge_stages
+from .plan import Resolved, analysis_stage, check_config, count_graph, fusion_stages, knowledge_stages, variant_label
 
 
 class MopStrategy(Strategy):
@@ -23,6 +23,16 @@ class MopStrategy(Strategy):
 
     Config: ClassVar = MopConfig
     consumes: ClassVar[frozenset[str]] = frozenset({"triples"})
+    #: Meng et al. 2021 and cambridgeltl/mop (README, train_pubmedbert.sh, run_pretrain.py, bert_trainer.py): adapters
+    #: at lr 1e-4, batch 256, no warm-up, 1 epoch (the README's first command; its shuffle runs use 2), max length 64,
+    #: the frozen random entity head; K=20, softmax fusion trained jointly downstream at lr 1e-5 for up to 25 epochs,
+    #: patience 5, best on dev, batch 16, warm-up 0.1, one learning rate for every parameter. Differences: docs/mop.md
+    protocols: ClassVar[dict] = {"paper": {
+        "strategy": {"partitions": 20, "mixture": "softmax", "finetune": "joint", "entity_head": "frozen-random",
+                     "adapter_learning_rate": 1e-4, "adapter_batch_size": 256, "adapter_warmup_ratio": 0.0,
+                     "adapter_epochs": 1, "kg_max_length": 64},
+        "training": {"learning_rate": 1e-5, "head_learning_rate": None, "epochs": 25, "patience": 5,
+                     "selection": "best", "batch_size": 16, "warmup_ratio": 0.1}}}
 
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage; returns the KG (the run's source, else the embedded HPO
@@ -34,8 +44,7 @@ class MopStrategy(Strategy):
         if len(run.sources) > 1:
             raise SpecError(f"sources: MoP partitions one knowledge graph; merge the graphs into one `triples` "
                             f"source (got {len(run.sources)} sources)")
-        if cfg.mixture == "moe" and cfg.top_k > cfg.partitions:
-            raise SpecError(f"strategy.top_k: {cfg.top_k} adapters per token but only {cfg.partitions} partitions")
+        check_config(cfg, run.model_path)
         adapter = resolve_adapter_config(cfg.adapter, cfg.reduction_factor, run.model_path)
         source = triples_source(run, cfg.kg_max_triples)
         entities, triples = count_graph(source, run.env, cfg.kg_max_triples)
@@ -60,7 +69,7 @@ class MopStrategy(Strategy):
             stages.append(analysis_stage(run, cfg, adapters, fused[-1]))
         if cfg.baseline:
             stages.append(compare_stage(run, baseline="evaluate", other="mop-evaluate", name="mop-compare",
-                                        labels=("finetune", f"mop-{cfg.mixture}")))
+                                        labels=("finetune", variant_label(cfg))))
         return stages
 
     @classmethod

@@ -1,4 +1,4 @@
-"""The pretrain strategy's config: start point, vocabulary, corpus split, whole-word-masking MLM budget."""
+"""The pretrain strategy's config: start point, vocabulary, corpus split, the MLM's text and masking, its budget."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from .vocab import SPECIAL_TOKENS
 
 
 class Architecture(PluginConfig):
-    """A from-scratch encoder's shape; unset fields copy the base model's config."""
+    """A from-scratch encoder's shape; unset fields copy the base model's config (none set: the base model's
+    architecture, so scratch and continual compare at one architecture)."""
 
     layers: int | None = Field(None, ge=1, description="Transformer layers.")
     hidden: int | None = Field(None, ge=8, description="Hidden size (a multiple of heads).")
@@ -31,14 +32,16 @@ class Architecture(PluginConfig):
 class PretrainConfig(PluginConfig):
     init: Literal["continual", "scratch"] = Field("continual", description="continual: keep pretraining the "
                                                   "base model; scratch: a randomly initialised encoder "
-                                                  "(shape: scratch) trained on the corpus only.")
+                                                  "(shape: scratch; default the base model's architecture) "
+                                                  "trained on the corpus only.")
     vocab: Literal["keep", "train"] | None = Field(None, description="keep: the base model's vocabulary; train: "
                                                    "an uncased WordPiece vocabulary from the corpus (continual: new "
                                                    "embeddings start as the mean of the old pieces of each token). "
                                                    "Default: keep for continual, train for scratch.")
     until: Literal["corpus", "vocab", "all"] = Field("all", description="Stop after the corpus or vocabulary stage "
                                                      "(e.g. to compare vocabularies only).")
-    scratch: Architecture = Field(default_factory=Architecture, description="init=scratch: the encoder's shape.")
+    scratch: Architecture = Field(default_factory=Architecture, description="init=scratch: the encoder's shape "
+                                  "(every unset dimension is the base model's).")
     vocab_size: int = Field(30522, ge=16, description="Target WordPiece vocabulary size (the paper: 30,522).")
     vocab_min_frequency: int = Field(2, ge=1, description="A merge must occur at least this often.")
     vocab_alphabet_limit: int = Field(1000, ge=1, description="Keep at most this many distinct characters (the "
@@ -49,9 +52,21 @@ class PretrainConfig(PluginConfig):
     heldout_max_texts: int = Field(2000, ge=1, description="Cap on held-out texts.")
     max_length: int | None = Field(None, ge=8, le=8192, description="Tokens per pretraining sequence (default: "
                                    "model.max_length, which fine-tuning uses).")
-    mlm_probability: float = Field(0.15, gt=0, lt=1, description="Share of words masked (whole words).")
-    mask_replace: float = Field(0.8, ge=0, le=1, description="Of the masked words: share replaced by [MASK].")
-    random_replace: float = Field(0.1, ge=0, le=1, description="Of the masked words: share replaced by random "
+    mlm_corpus: Literal["domain", "general", "shuffled"] = Field(
+        "domain", description="The text the MLM stage trains on. domain: the corpus (train slice); general: an "
+        "out-of-domain control, paragraphs of the Python standard library's docstrings and language reference "
+        "(built offline from the running Python); shuffled: the corpus with the words of each text shuffled (its "
+        "vocabulary without its sentences). The head fit, the held-out texts and the reference stay the corpus's, "
+        "so runs differing only here compare at the same steps.")
+    mask_unit: Literal["whole_word", "token"] = Field("whole_word", description="Masking unit of MLM training: "
+                                                      "whole_word (all tokens of a selected word; the paper) or "
+                                                      "token (tokens selected and replaced independently: the "
+                                                      "original BERT's; the paper's Table 7 axis). The head fit "
+                                                      "and held-out perplexity always mask whole words.")
+    mlm_probability: float = Field(0.15, gt=0, lt=1, description="Share of masking units (words or tokens) "
+                                   "selected.")
+    mask_replace: float = Field(0.8, ge=0, le=1, description="Of the selected units: share replaced by [MASK].")
+    random_replace: float = Field(0.1, ge=0, le=1, description="Of the selected units: share replaced by random "
                                   "tokens (the rest are left unchanged).")
     mlm_steps: int = Field(1000, ge=1, description="MLM optimiser steps.")
     mlm_batch_size: int = Field(32, ge=1, description="MLM sequences per device and step.")

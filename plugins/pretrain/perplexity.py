@@ -21,7 +21,8 @@ from .stages import PerplexityConfig
 log = logging.getLogger("kinject")
 
 #: the MLM training statistics the evaluation reports under "mlm"
-MLM_SHOWN = ("train_loss", "global_step", "train_runtime", "tokens_per_second", "useful_token_fraction", "world_size")
+MLM_SHOWN = ("train_loss", "global_step", "train_runtime", "tokens_per_second", "useful_token_fraction", "world_size",
+             "architecture")
 
 
 def _word_pieces(tokenizer, text: str, starts: list[int]) -> list[list[int]]:
@@ -159,6 +160,8 @@ def perplexity_body(cfg: PerplexityConfig, ctx: StageContext) -> None:
     metrics = {"heldout": heldout,
                "corpus": json.loads((ctx.inputs[cfg.corpus_stage] / "corpus.json").read_text()),
                "mlm": {k: train[k] for k in MLM_SHOWN if k in train}}
+    if cfg.texts_stage:  # a control: what the MLM trained on instead of the corpus
+        metrics["mlm_corpus"] = json.loads((ctx.inputs[cfg.texts_stage] / "control.json").read_text())
     log.info("held-out perplexity %.3f (reference %.3f); per word %.3f (reference %.3f)", heldout["perplexity"],
              heldout["reference_perplexity"], heldout["word_perplexity"], heldout["reference_word_perplexity"])
     (ctx.out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str))

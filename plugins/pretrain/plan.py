@@ -9,10 +9,11 @@ from kinject.api import SourceRef, SpecError, Stage, TaskRef
 from kinject.plugins.knowledge.mlm import MaskingConfig, mlm_model_ref, mlm_stage, pack_stage
 
 from .config import PretrainConfig
+from .control import CONTROL_TEXTS, control_body
 from .corpus import corpus_body
 from .perplexity import perplexity_body
 from .report import report_body
-from .stages import CorpusStageConfig, PerplexityConfig, ReportConfig, VocabConfig
+from .stages import ControlTextsConfig, CorpusStageConfig, PerplexityConfig, ReportConfig, VocabConfig
 from .vocab import vocab_body
 
 CORPUS, VOCAB, MLM, EVALUATE = "pretrain-corpus", "pretrain-vocab", "pretrain-mlm", "pretrain-evaluate"
@@ -116,33 +117,63 @@ def pretraining_stages(cfg: PretrainConfig, run, resolved: Resolved) -> list[Sta
         return stages
     length = resolved.max_length
     # "pretrain-pack": the base vocabulary (the head fit, and the MLM with vocab=keep), so the head fit is the same
-    # stage whatever the run's vocabulary; "pretrain-pack-vocab": the trained vocabulary
+    # stage whatever the run's vocabulary; "pretrain-pack-vocab": the trained vocabulary; a control
+    # (mlm_corpus general/shuffled) packs its own texts for the MLM: "pretrain-pack[-vocab]-<control>"
+    domain = cfg.mlm_corpus == "domain"
+    control = None if domain else control_stage(cfg)
+    stages += [control] if control else []
     packs = {}
-    if resolved.needs_head or not vocab:
+    if resolved.needs_head or (domain and not vocab):
         packs["base"] = pack_stage(run, "pretrain-pack", CORPUS, TRAIN_TEXTS, max_length=length)
-    if vocab:
+    if domain and vocab:
         packs["vocab"] = pack_stage(run, "pretrain-pack-vocab", CORPUS, TRAIN_TEXTS, vocab_stage=vocab,
                                     max_length=length)
+    if control:
+        packs["control"] = pack_stage(run, f"pretrain-pack{'-vocab' if vocab else ''}-{cfg.mlm_corpus}",
+                                      control.name, CONTROL_TEXTS, vocab_stage=vocab, max_length=length)
     stages += packs.values()
-    budget = dict(gradient_accumulation=cfg.mlm_gradient_accumulation, warmup_ratio=cfg.mlm_warmup_ratio,
-                  masking=MaskingConfig(probability=cfg.mlm_probability, mask_replace=cfg.mask_replace,
-                                        random_replace=cfg.random_replace))
+    masking = MaskingConfig(unit=cfg.mask_unit, probability=cfg.mlm_probability, mask_replace=cfg.mask_replace,
+                            random_replace=cfg.random_replace)
+    budget = dict(gradient_accumulation=cfg.mlm_gradient_accumulation, warmup_ratio=cfg.mlm_warmup_ratio)
     head = None
-    if resolved.needs_head:  # seeded apart from mlm_seed: every pretraining seed starts from one head fit
+    if resolved.needs_head:  # seeded apart from mlm_seed, whole words: every pretraining run starts from one head fit
         head = mlm_stage(run, "pretrain-head", packs["base"], cfg.head_steps, cfg.head_learning_rate,
-                         cfg.head_batch_size, mode="head", seed=HEAD_SEED, **budget)
+                         cfg.head_batch_size, mode="head", seed=HEAD_SEED,
+                         masking=masking.model_copy(update={"unit": "whole_word"}), **budget)
         stages.append(head)
-    stages.append(mlm_stage(run, MLM, packs.get("vocab") or packs["base"], cfg.mlm_steps, cfg.mlm_learning_rate,
-                            cfg.mlm_batch_size, mode=cfg.init, start_stage=head if cfg.init == "continual" else None,
+    mlm_pack = packs.get("control") or packs.get("vocab") or packs["base"]
+    stages.append(mlm_stage(run, MLM, mlm_pack, cfg.mlm_steps, cfg.mlm_learning_rate, cfg.mlm_batch_size,
+                            mode=cfg.init, start_stage=head if cfg.init == "continual" else None,
                             scratch=cfg.scratch.model_dump() if cfg.init == "scratch" else None, seed=cfg.mlm_seed,
-                            allow_random_head=cfg.head_steps == 0, produces_model=True, **budget))
-    reference = head.name if head else None
+                            allow_random_head=cfg.head_steps == 0, produces_model=True, masking=masking, **budget))
+    reference, texts = head.name if head else None, control.name if control else None
     perplexity = PerplexityConfig(corpus_stage=CORPUS, model_stage=MLM, reference=mlm_model_ref(run, length),
-                                  reference_stage=reference, max_length=length, probability=cfg.mlm_probability,
-                                  texts=cfg.eval_max_texts, batch_size=run.spec.training.eval_batch_size)
+                                  reference_stage=reference, texts_stage=texts, max_length=length,
+                                  probability=cfg.mlm_probability, texts=cfg.eval_max_texts,
+                                  batch_size=run.spec.training.eval_batch_size)
     stages.append(Stage(name=EVALUATE, body=perplexity_body, config=perplexity,
-                        inputs=tuple(s for s in (CORPUS, MLM, reference) if s)))
+                        inputs=tuple(s for s in (CORPUS, MLM, reference, texts) if s)))
     return stages
+
+
+def control_stage(cfg: PretrainConfig) -> Stage:
+    """The texts stage of an MLM control (``pretrain-general-texts``, ``pretrain-shuffled-texts``)."""
+    import platform
+
+    general = cfg.mlm_corpus == "general"
+    config = ControlTextsConfig(kind=cfg.mlm_corpus, corpus_stage=None if general else CORPUS,
+                                python=platform.python_version() if general else None,
+                                seed=0 if general else cfg.mlm_seed)  # shuffled: each pretraining seed shuffles anew
+    return Stage(name=f"pretrain-{cfg.mlm_corpus}-texts", body=control_body, config=config,
+                 inputs=() if general else (CORPUS,))
+
+
+def run_label(cfg: PretrainConfig) -> str:
+    """The pretrained model's name in comparisons: ``pretrain-<init>``, with the MLM's corpus and masking unit
+    when they are not the defaults (``pretrain-continual-general``, ``pretrain-scratch-token``)."""
+    parts = ["pretrain", cfg.init, *([cfg.mlm_corpus] if cfg.mlm_corpus != "domain" else []),
+             *(["token"] if cfg.mask_unit == "token" else [])]
+    return "-".join(parts)
 
 
 def task_stages(cfg: PretrainConfig, run) -> list[Stage]:
@@ -156,6 +187,6 @@ def task_stages(cfg: PretrainConfig, run) -> list[Stage]:
             dataclasses.replace(finetune_stage(run, "pretrain-finetune", init_from=MLM), produces_model=False),
             evaluate_stage(run, "pretrain-finetune", name=TASK_EVALUATE),
             compare_stage(run, baseline="evaluate", other=TASK_EVALUATE, name="pretrain-compare",
-                          labels=(run.spec.model.name, f"pretrain-{cfg.init}")),
+                          labels=(run.spec.model.name, run_label(cfg))),
             Stage(name="pretrain-report", body=report_body, inputs=(EVALUATE, TASK_EVALUATE),
                   config=ReportConfig(perplexity_stage=EVALUATE, task_stage=TASK_EVALUATE))]

@@ -1,8 +1,10 @@
 """The pretrain strategy's own stage configs (what each key holds). Packing and MLM training are the knowledge
 library's public stages (:mod:`kinject.plugins.knowledge.mlm`); the bodies are in :mod:`.corpus`, :mod:`.vocab`,
-:mod:`.perplexity` and :mod:`.report`."""
+:mod:`.control`, :mod:`.perplexity` and :mod:`.report`."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
@@ -30,14 +32,28 @@ class VocabConfig(StageConfig):
     model_max_length: int
 
 
+class ControlTextsConfig(StageConfig):
+    """The texts of an MLM control (``texts.txt``, a text a line; ``control.json``): ``general`` - paragraphs of the
+    docstrings and language reference of the standard library of Python ``python`` (the running one); ``shuffled``
+    - the ``train.arrow`` texts of ``corpus_stage`` with each text's words shuffled (seeded by ``seed``)."""
+
+    kind: Literal["general", "shuffled"]
+    corpus_stage: str | None = None
+    python: str | None = None
+    min_chars: int = 40
+    seed: int = 0
+
+
 class PerplexityConfig(StageConfig):
     """Held-out perplexity of the model of ``model_stage`` vs the reference (the base model, with its fitted head
-    when ``reference_stage``), on the ``heldout.arrow`` texts of ``corpus_stage``."""
+    when ``reference_stage``), on the ``heldout.arrow`` texts of ``corpus_stage``; with ``texts_stage`` (a control
+    whose texts the model was trained on) its ``control.json`` is reported too."""
 
     corpus_stage: str
     model_stage: str
     reference: ModelRef
     reference_stage: str | None = None
+    texts_stage: str | None = None
     max_length: int
     probability: float
     texts: int

@@ -1,9 +1,10 @@
 """The `pretrain` strategy: domain-specific pretraining (Gu et al., PubMedBERT) - an in-domain corpus, an
-optional in-domain WordPiece vocabulary, whole-word-masking MLM from scratch or continual - then, with a
-task, fine-tuning the result against fine-tuning the base model, paired on the same test examples.
+optional in-domain WordPiece vocabulary, whole-word (or token) masking MLM from scratch or continual - then,
+with a task, fine-tuning the result against fine-tuning the base model, paired on the same test examples.
 
-Stages: ``pretrain-corpus`` -> ``pretrain-vocab`` (vocab=train) -> ``pretrain-pack`` (the base vocabulary) /
-``pretrain-pack-vocab`` (the trained one) -> ``pretrain-head`` (only when the base model ships no MLM head)
+Stages: ``pretrain-corpus`` -> ``pretrain-vocab`` (vocab=train) -> ``pretrain-<control>-texts`` (mlm_corpus
+general/shuffled) -> ``pretrain-pack`` (the base vocabulary) / ``pretrain-pack-vocab`` (the trained one) /
+``pretrain-pack[-vocab]-<control>`` -> ``pretrain-head`` (only when the base model ships no MLM head)
 -> ``pretrain-mlm`` -> ``pretrain-evaluate`` (held-out perplexity vs the base model); with a task:
 ``finetune`` + ``evaluate`` (the baseline, shared with the finetune strategy's cache), ``pretrain-finetune`` +
 ``pretrain-task-evaluate``, ``pretrain-compare``, ``pretrain-report``. Packing and MLM training are the knowledge
@@ -30,7 +31,8 @@ class PretrainStrategy(Strategy):
     #: Gu et al. 2021, section 3: peak lr 6e-4 with warm-up over 10% of the steps, whole-word masking at 15%,
     #: an uncased WordPiece vocabulary of 30,522 (the budget - 62,500 steps of 8,192 - is not ours to match)
     protocols: ClassVar[dict] = {"paper": {"strategy": {"mlm_learning_rate": 6e-4, "mlm_warmup_ratio": 0.1,
-                                                        "mlm_probability": 0.15, "vocab_size": 30522}}}
+                                                        "mlm_probability": 0.15, "mask_unit": "whole_word",
+                                                        "vocab_size": 30522}}}
 
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage; returns the corpus source, the task to hold out, the lengths

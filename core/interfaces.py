@@ -375,6 +375,13 @@ class Strategy(Component):
         raise NotImplementedError
 
     @classmethod
+    def shared_files(cls, run_dir: Path, info: dict) -> dict[str, Path]:
+        """What a run of this strategy publishes (e.g. on the Hugging Face Hub: `kinject push`): repository path ->
+        local file or folder. Default: the run's ``model/`` at the top level. ``info`` is the run's run.json."""
+        model = Path(run_dir) / "model"
+        return {path.name: path for path in sorted(model.iterdir())} if model.is_dir() else {}
+
+    @classmethod
     def load_task_model(cls, model_dir: Path, head: Head, attn_implementation: str = "sdpa"):
         """A task model this strategy saved that ``from_pretrained`` cannot load alone (its config.json names the
         strategy as ``kinject_strategy``); None: load it the usual way. Used by `kinject eval`."""

@@ -138,6 +138,10 @@ class Head:
     num_labels: int
     problem_type: str = "single_label_classification"  # | multi_label_classification | regression
     labels: tuple[str, ...] = ()
+    # A task's model transform, "module:function" (``function(model, head) -> model``): applied to the task model the
+    # kernel builds, recorded in config.json as ``kinject_head_model`` and applied again when the model is loaded
+    # (e.g. a bi-encoder scoring pairs by cosine: kinject.tasks.biencoder). None: the plain linear head.
+    model: str | None = None
 
 
 class Task(Component):
@@ -378,8 +382,9 @@ class Strategy(Component):
     def shared_files(cls, run_dir: Path, info: dict) -> dict[str, Path]:
         """What a run of this strategy publishes (e.g. on the Hugging Face Hub: `kinject push`): repository path ->
         local file or folder. Default: the run's ``model/`` at the top level. ``info`` is the run's run.json."""
-        model = Path(run_dir) / "model"
-        return {path.name: path for path in sorted(model.iterdir())} if model.is_dir() else {}
+        model, adapter = Path(run_dir) / "model", Path(run_dir) / "peft-adapter"
+        files = {path.name: path for path in sorted(model.iterdir())} if model.is_dir() else {}
+        return {**files, **({"peft-adapter": adapter} if adapter.is_dir() else {})}  # a peft run's adapter too
 
     @classmethod
     def load_task_model(cls, model_dir: Path, head: Head, attn_implementation: str = "sdpa"):

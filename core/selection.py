@@ -2,9 +2,11 @@
 (or every ``training.select_every`` steps), keep the weights of the best score of the task's selection metric, stop
 after ``training.patience`` evaluations without improvement, and end training with the best weights.
 
-Resumable as the rest of training: the selection state is written into each Trainer checkpoint
-(``kinject-selection.json``) and read back from the checkpoint a run resumes from; the best weights are a
-safetensors file in the stage's ``work/``. Scoring uses no random numbers, so it does not change what is trained.
+Resumable as the rest of training: the selection state is part of each Trainer checkpoint (an ``ExportableState``
+callback: its state is in the checkpoint's trainer_state.json, which the Trainer writes last, so a checkpoint is
+complete with it or not at all) and is read back from the checkpoint a run resumes from; the best weights are
+safetensors files in the stage's ``work/``, kept while a checkpoint refers to them. Scoring uses no random numbers,
+so it does not change what is trained.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
-STATE_FILE = "kinject-selection.json"
+CALLBACK_NAME = "KinjectDevSelection"  # its key in trainer_state.json's stateful_callbacks
 
 
 class DevSelection:
@@ -23,11 +25,12 @@ class DevSelection:
     def __new__(cls, scorer: Callable, metric: str, work: Path, every: int | None = None,
                 patience: int | None = None, resume_from: str | None = None, stage: str = "train"):
         from transformers import TrainerCallback
+        from transformers.trainer_callback import ExportableState
 
         work = Path(work)
         state = {"best": None, "best_step": None, "curve": [], "bad": 0, "stopped_early": False}
-        if resume_from and (Path(resume_from) / STATE_FILE).exists():
-            state.update(json.loads((Path(resume_from) / STATE_FILE).read_text()))
+        if resume_from:
+            state.update(_saved_state(Path(resume_from)) or {})
 
         def best_file(step: int) -> Path:
             return work / f"best-step-{step}.safetensors"
@@ -49,19 +52,27 @@ class DevSelection:
             if state["best"] is None or value > state["best"]:
                 from safetensors.torch import save_file
 
-                previous = state["best_step"]
                 state.update(best=value, best_step=step, bad=0)
                 tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
                 save_file(_unshared(tensors), str(best_file(step)))
-                if previous is not None and previous != step:
-                    best_file(previous).unlink(missing_ok=True)
             else:
                 state["bad"] += 1
                 if patience and state["bad"] >= patience:
                     control.should_training_stop = True
                     state["stopped_early"] = True
 
-        class Callback(TrainerCallback):
+        def drop_unreferenced() -> None:
+            """Best-weight files no complete checkpoint (nor the current state) refers to."""
+            keep = {state["best_step"]} | {(_saved_state(folder) or {}).get("best_step")
+                                           for folder in work.glob("checkpoint-*")}
+            for path in work.glob("best-step-*.safetensors"):
+                if int(path.stem.rsplit("-", 1)[1]) not in keep:
+                    path.unlink(missing_ok=True)
+
+        class Callback(TrainerCallback, ExportableState):
+            def state(self) -> dict:  # written into each checkpoint's trainer_state.json
+                return {"args": {}, "attributes": dict(state)}
+
             def on_epoch_end(self, args, trainer_state, control, model=None, **kwargs):
                 if every is None:
                     evaluate(args, trainer_state, control, model)
@@ -71,9 +82,8 @@ class DevSelection:
                     evaluate(args, trainer_state, control, model)
 
             def on_save(self, args, trainer_state, control, **kwargs):
-                folder = Path(args.output_dir) / f"checkpoint-{trainer_state.global_step}"
-                if folder.is_dir() and trainer_state.is_world_process_zero:
-                    (folder / STATE_FILE).write_text(json.dumps(state))
+                if trainer_state.is_world_process_zero:  # the checkpoint is complete: older best weights may go
+                    drop_unreferenced()
 
             def on_train_end(self, args, trainer_state, control, model=None, **kwargs):
                 if state["best_step"] is None:
@@ -84,6 +94,10 @@ class DevSelection:
                 if not path.exists():
                     raise RuntimeError(f"training.selection: the best weights ({path}) are missing")
                 model.load_state_dict(load_file(str(path)), strict=False)
+                if trainer_state.is_world_process_zero:
+                    for other in work.glob("best-step-*.safetensors"):
+                        if other != path:
+                            other.unlink(missing_ok=True)
 
             @staticmethod
             def scores_at(trainer_state) -> bool:
@@ -98,7 +112,18 @@ class DevSelection:
                         "curve": state["curve"], "evaluations": len(state["curve"]),
                         "stopped_early": state["stopped_early"], "every": every or "epoch", "patience": patience}
 
+        Callback.__name__ = Callback.__qualname__ = CALLBACK_NAME
         return Callback()
+
+
+def _saved_state(checkpoint: Path) -> dict | None:
+    """The selection state a Trainer checkpoint holds (None: none)."""
+    try:
+        saved = json.loads((checkpoint / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    entry = (saved.get("stateful_callbacks") or {}).get(CALLBACK_NAME)
+    return entry.get("attributes") if isinstance(entry, dict) else None
 
 
 def _unshared(tensors: dict) -> dict:

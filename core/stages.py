@@ -92,7 +92,34 @@ def build_task_model(encoder_path: str | Path, head: Head, attn_implementation: 
         raise RuntimeError(f"encoder weights do not fit the task model: missing {bad[:5]}, unexpected {unexpected[:5]}")
     if pooling == "mean" and head.kind == "sequence":
         MeanPooler.install(model)
+    return apply_head_model(model, head.model, head)
+
+
+def apply_head_model(model, reference: str | None, head: Head | None):
+    """``model`` through the task's model transform ``reference`` ("module:function", :attr:`Head.model`), which is
+    recorded in config.json (``kinject_head_model``) so that loading applies it again; None: ``model`` as it is."""
+    if not reference:
+        return model
+    import importlib
+
+    module, _, function = reference.partition(":")
+    transform = getattr(importlib.import_module(module), function)
+    model = transform(model, head)
+    model.config.kinject_head_model = reference
     return model
+
+
+def check_head_model(model_dir: Path, saved: str | None, head: Head | None) -> None:
+    """A model trained with one task model transform is not scored as another (e.g. a bi-encoder read as a
+    cross-encoder): one line, exit 2."""
+    if head is None or (saved or None) == (head.model or None):
+        return
+    from kinject.errors import SpecError
+
+    trained = f"trained with the task model {saved}" if saved else "trained with the plain linear head"
+    wanted = f"the task model {head.model}" if head.model else "the plain linear head"
+    raise SpecError(f"{model_dir}: {trained}; the task is set up for {wanted} (check the task's settings, "
+                    f"e.g. task.encoder)")
 
 
 def load_task_model(model_dir: Path, head: Head, attn_implementation: str = "sdpa"):
@@ -105,7 +132,9 @@ def load_task_model(model_dir: Path, head: Head, attn_implementation: str = "sdp
 
     from kinject.models import offline
 
-    name = json.loads((Path(model_dir) / "config.json").read_text()).get("kinject_strategy")
+    saved = json.loads((Path(model_dir) / "config.json").read_text())
+    check_head_model(model_dir, saved.get("kinject_head_model"), head)
+    name = saved.get("kinject_strategy")
     if name:
         from kinject.registry import registry
 
@@ -117,7 +146,7 @@ def load_task_model(model_dir: Path, head: Head, attn_implementation: str = "sdp
     model = cls.from_pretrained(str(model_dir), local_files_only=offline(), attn_implementation=attn_implementation)
     if getattr(model.config, "kinject_pooling", "cls") == "mean" and head.kind == "sequence":
         MeanPooler.install(model)
-    return model
+    return apply_head_model(model, saved.get("kinject_head_model"), head)
 
 
 def save_model(model, tokenizer, directory: Path) -> None:
@@ -219,7 +248,7 @@ def finetune_stage(run, name: str = "finetune", init_from: str | None = None, ta
                             training=(training or run.spec.training).for_training(), seed=run.spec.seed,
                             init_from=init_from)
     return Stage(name=name, body=finetune_body, config=config, inputs=(init_from,) if init_from else (),
-                 produces_model=True)
+                 produces_model=True, artifacts=("peft-adapter",) if config.training.peft else ())
 
 
 # -- evaluation ------------------------------------------------------------------------------------- #

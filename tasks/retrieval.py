@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from kinject.api import DataError, Environment, Head, read_jsonl, text_field
-from kinject.tasks import biencoder
+import kinject.tasks.biencoder as biencoder
 from kinject.tasks.sequence import PairTaskConfig, SequenceClassificationTask, evaluate_all
 
 LABELS = ("irrelevant", "relevant")

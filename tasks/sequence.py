@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import Field
 
 from kinject.api import DataError, Environment, Head, MetricRef, PluginConfig, SpecError, Task
-from kinject.tasks import biencoder
+import kinject.tasks.biencoder as biencoder
 
 
 class SequenceTaskConfig(PluginConfig):

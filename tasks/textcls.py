@@ -8,11 +8,11 @@ from typing import ClassVar
 from pydantic import Field
 
 from kinject.api import DataError, DataMissingError, Environment, read_jsonl, read_tsv, text_field
-from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
+from kinject.tasks.sequence import PairTaskConfig, SequenceClassificationTask
 from kinject.api import FILE_PATH
 
 
-class TextClsConfig(SequenceTaskConfig):
+class TextClsConfig(PairTaskConfig):
     path: Path | None = Field(None, description="Folder with train/dev/test files (.jsonl or .tsv with a header).",
                               json_schema_extra=FILE_PATH)
     text_field: str = Field("text", description="Column holding the text.")
@@ -23,7 +23,10 @@ class TextClsConfig(SequenceTaskConfig):
 
 
 class TextClassificationTask(SequenceClassificationTask):
-    """Text (pair) classification from JSONL or TSV files; single- or multi-label; accuracy and F1."""
+    """Text (pair) classification from JSONL or TSV files; single- or multi-label; accuracy and F1.
+
+    Pairs of two labels can be scored by a bi-encoder (``task.encoder=bi``: a logistic loss on the cosine of the two
+    texts' embeddings; the second label in sorted order is the positive one)."""
 
     Config: ClassVar = TextClsConfig
 

@@ -26,3 +26,6 @@ def fake_distribution(root: Path, name: str, entry_points: str, modules: dict[st
     for module, source in modules.items():
         (root / f"{module}.py").write_text(textwrap.dedent(source))
     return root
+
+
+PROBE_STAGES = ("probe-base", "probe")  # the knowledge probe's stages, which every run with a task gets

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import PROBE_STAGES
 
 
 @pytest.mark.slow
@@ -27,5 +28,5 @@ def test_torchrun_two_cpu_processes(tmp_path, textcls_dir, tiny_model, cache_dir
     assert set(metrics["test"]) == {"accuracy", "f1_macro"}
     # (evaluate_model checks that predictions gathered over both processes match the examples one to one)
     info = json.loads((out / "run.json").read_text())
-    assert [s["name"] for s in info["stages"]] == ["finetune", "evaluate"]
+    assert [s["name"] for s in info["stages"]] == ["finetune", "evaluate", *PROBE_STAGES]
     assert (out / "model" / "model.safetensors").exists()

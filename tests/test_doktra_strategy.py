@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import PROBE_STAGES
 
 from doktra_helpers import build_word_teacher
 from helpers import run_kinject as kinject
@@ -50,7 +51,7 @@ TAIL = ["doktra-evaluate", "doktra-report", "doktra-compare"]
 ])
 def test_stage_plan_per_variant(tmp_path, textcls_dir, word_teacher, variant, options, names):
     run = prepared(spec(tmp_path, textcls_dir, word_teacher, variant=variant, **options))
-    assert [s.name for s in run.stages] == names
+    assert [s.name for s in run.stages] == [*names, *PROBE_STAGES]  # the knowledge probe: every run
 
 
 def test_teacher_and_cp_only_student_are_built_with_the_runs_model_settings(tmp_path, textcls_dir, word_teacher):

@@ -48,11 +48,12 @@ def every_stage(tmp_path, textcls_dir, tiny_model):
 def test_training_keys_cover_the_code_that_computes_and_no_tool(every_stage):
     closure = set(every_stage["finetune/finetune"].record["code"])
     kernel = {m for m in closure if not m.startswith("kinject.tasks")}
-    # the shared fine-tune body and what it computes with (training, dev selection, models, data readers) ...
-    assert kernel == {"kinject.stages", "kinject.training", "kinject.selection", "kinject.models", "kinject.io"}
+    # the shared fine-tune body and what it computes with (training, dev selection, peft, models, data readers) ...
+    assert kernel == {"kinject.stages", "kinject.training", "kinject.selection", "kinject.peft_tuning",
+                      "kinject.models", "kinject.io"}
     # ... and the task's own modules with its evaluators', nothing else
-    assert closure - kernel == {"kinject.tasks.textcls", "kinject.tasks.sequence", "kinject.tasks.evaluators",
-                                "kinject.tasks.evaluators.classification"}
+    assert closure - kernel == {"kinject.tasks.textcls", "kinject.tasks.sequence", "kinject.tasks.biencoder",
+                                "kinject.tasks.evaluators", "kinject.tasks.evaluators.classification"}
     for name, planned in every_stage.items():
         if name.endswith(NOT_TRAINING):
             continue

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import PROBE_STAGES
 import torch
 
 from kinject.errors import DataError, SpecError
@@ -78,7 +79,7 @@ def test_random_variant_plans_its_own_mask_stage_after_the_search(tmp_path, text
     stages = {s.name: s for s in run.stages}
     assert [s.name for s in run.stages] == ["finetune", "evaluate", "kimera-mask-hard", "kimera-search-report",
                                             "kimera-mask-random", "kimera-retrain", "kimera-finetune",
-                                            "kimera-evaluate", "kimera-analysis", "kimera-compare"]
+                                            "kimera-evaluate", "kimera-analysis", "kimera-compare", *PROBE_STAGES]
     assert stages["kimera-mask-random"].inputs == ("kimera-mask-hard",)
     retrain = stages["kimera-retrain"]
     assert retrain.inputs == ("kimera-mask-random",) and retrain.config.mask == "hard"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import PROBE_STAGES
 
 from kinject.errors import SpecError
 from kinject.spec import PluginRef, validate_plugin_config
@@ -59,7 +60,7 @@ def prepared(tmp_path, textcls_dir, tiny_model, **strategy):
 ])
 def test_stage_plan_per_variant(tmp_path, textcls_dir, tiny_model, variant, names):
     run = prepared(tmp_path, textcls_dir, tiny_model, variant=variant)
-    assert [s.name for s in run.stages] == names
+    assert [s.name for s in run.stages] == [*names, *PROBE_STAGES]  # the knowledge probe: every run
 
 
 def test_mask_search_watches_the_task_selection_metric(tmp_path, textcls_dir, tiny_model):

@@ -1,5 +1,6 @@
 """MoP mixtures on the adapters library (tiny model): softmax / Gumbel / MoE weights, the losses added to training,
-save -> load -> same logits, and the frozen base during partition-adapter training."""
+save -> load -> same logits, adapters loaded bit for bit (and a loud failure when not), one adapter alone, and the
+frozen base (and the reference's frozen random entity head) during partition-adapter training."""
 
 from __future__ import annotations
 
@@ -155,6 +156,103 @@ def test_saved_model_reloads_to_identical_logits(tiny_model, adapter_dirs, token
         assert torch.equal(plain.eval()(**inputs).logits, expected)
 
 
+def test_the_fusion_regulariser_can_be_left_out_as_the_reference_code_does(tiny_model, adapter_dirs, tokenizer,
+                                                                           tmp_path):
+    from transformers import TrainingArguments
+
+    from kinject.plugins.mop.fusion import fusion_losses, mixture_trainer_class
+
+    model, _, _ = fused(tiny_model, adapter_dirs)
+    with torch.no_grad():  # value matrices away from the identity: the regulariser is > 0
+        for name, p in model.named_parameters():
+            if name.endswith("value.weight"):
+                p.add_(0.1)
+    inputs = batch(tokenizer)
+    model.eval()
+    task, regulariser = model(**inputs).loss, model.get_fusion_regularization_loss()
+    assert float(regulariser) > 0 and fusion_losses(model, regularization=False) is None
+    for regularization in (True, False):
+        trainer = mixture_trainer_class(regularization)(model=model, args=TrainingArguments(
+            str(tmp_path), report_to=[], use_cpu=True))
+        total = trainer.compute_loss(model, dict(inputs))
+        assert torch.allclose(total, task + regulariser) if regularization else torch.equal(total, task)
+
+
+def test_loaded_adapters_are_the_saved_ones_bit_for_bit(tiny_model, adapter_dirs):
+    from safetensors.torch import load_file
+
+    model, _, _ = fused(tiny_model, adapter_dirs)
+    state = model.state_dict()
+    for i, folder in enumerate(adapter_dirs):
+        saved = load_file(str(folder / "adapter.safetensors"))
+        loaded = [k for k in state if f".adapters.part-{i}." in k]
+        assert len(loaded) == len(saved) > 0
+        for key, tensor in saved.items():
+            assert torch.equal(state[f"bert.{key}"], tensor), key
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("omitted", "1 adapter tensors missing from the file, left at initialisation"),
+    ("renamed", "1 saved tensors not loaded"),
+    ("corrupted", "the file no longer holds what the adapter stage saved (sha256 differs)"),
+])
+def test_an_adapter_that_does_not_load_as_saved_fails_loudly(tiny_model, adapter_dirs, tmp_path, damage, message):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from kinject.errors import DataError
+    from kinject.interfaces import Head
+    from kinject.plugins.mop.fusion import attach_partition_adapters
+    from kinject.plugins.mop.part_adapters import saved_adapter_digest
+    from kinject.stages import build_task_model
+
+    folders = [tmp_path / folder.name for folder in adapter_dirs]
+    for source, copy in zip(adapter_dirs, folders):
+        shutil.copytree(source, copy)
+    digests = [saved_adapter_digest(folder) for folder in folders]  # what the adapter stages record
+    weights = folders[2] / "adapter.safetensors"
+    tensors = load_file(str(weights))
+    key = sorted(tensors)[1]
+    if damage == "omitted":  # the library only logs the missing key, at INFO
+        del tensors[key]
+    elif damage == "renamed":  # ... and the unexpected one
+        tensors[key.replace("adapter_", "adaptor_")] = tensors.pop(key)
+    else:  # loads without complaint; only the recorded digest tells
+        tensors[key] = tensors[key] + 1e-3
+    save_file(tensors, str(weights))
+    mixture = {"mixture": "softmax", "tau": 1.0, "top_k": 2, "loss_coef": 0.01}
+    with pytest.raises(DataError) as caught:
+        attach_partition_adapters(build_task_model(tiny_model, Head("sequence", 2), seed=0), folders, mixture, True,
+                                  digests)
+    text = str(caught.value)
+    assert text.startswith(f"{folders[2]}: partition adapter 'part-2' did not load as saved") and message in text
+    assert len(text.splitlines()) == 1
+    attach_partition_adapters(build_task_model(tiny_model, Head("sequence", 2), seed=0), folders[:2], mixture, True,
+                              digests[:2])  # the intact ones load
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_one_adapter_is_used_alone_without_a_fusion(tiny_model, adapter_dirs, tokenizer, tmp_path, joint):
+    from kinject.interfaces import Head
+    from kinject.plugins.mop.fusion import load_fused_model, save_fused_model
+    from kinject.stages import build_task_model
+
+    model, setup, mix = fused(tiny_model, adapter_dirs[2:3], joint=joint)
+    assert setup == "part-2" and str(model.active_adapters) == "Stack[part-2]"
+    names = [n for n, _ in model.named_parameters()]
+    assert not any("adapter_fusion_layer" in n for n in names) and any(".adapters.part-2." in n for n in names)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == (set(names) if joint else {"classifier.weight", "classifier.bias"})
+    inputs = batch(tokenizer, labels=False)
+    expected = model.eval()(**inputs).logits
+    plain = build_task_model(tiny_model, Head("sequence", 2), seed=0).eval()  # same base and head, no adapter
+    assert not torch.allclose(plain(**inputs).logits, expected)
+    save_fused_model(model, tokenizer, tmp_path / "model", setup, mix)
+    assert json.loads((tmp_path / "model" / "config.json").read_text())["mop"]["adapters"] == ["part-2"]
+    assert torch.equal(load_fused_model(tmp_path / "model")(**inputs).logits, expected)
+
+
 def test_fusion_only_training_freezes_base_and_adapters(tiny_model, adapter_dirs):
     model, _, _ = fused(tiny_model, adapter_dirs, joint=False)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -163,11 +261,11 @@ def test_fusion_only_training_freezes_base_and_adapters(tiny_model, adapter_dirs
     assert all(p.requires_grad for p in model.parameters())
 
 
-@pytest.mark.parametrize("entity_head", ["linear", "names"])
+@pytest.mark.parametrize("entity_head", ["linear", "names", "frozen-random"])
 def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenizer, tmp_path, entity_head):
     from kinject.plugins.knowledge.kg.batching import KGCollator
     from kinject.models import load_encoder
-    from kinject.plugins.mop.entity_prediction import EntityPredictor, name_embeddings
+    from kinject.plugins.mop.entity_prediction import EntityPredictor, frozen_random_head, name_embeddings
     from kinject.plugins.mop.part_adapters import adapter_encoder, base_digest
     from kinject.spec import TrainingSpec
     from kinject.training import train
@@ -178,7 +276,8 @@ def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenize
     names = name_embeddings(encoder, tokenizer, ["gene", "drug", "tumor", "protein", "dose"], 16) \
         if entity_head == "names" else None
     encoder = adapter_encoder(encoder, "part-0", SeqBnConfig(reduction_factor=8).to_dict())
-    model = EntityPredictor(encoder, 5, names)
+    head = frozen_random_head(encoder, 5) if entity_head == "frozen-random" else None
+    model = EntityPredictor(encoder, 5, names, head)
     head_before = {k: v.clone() for k, v in model.head.state_dict().items()}
     before = {k: v.clone() for k, v in encoder.state_dict().items()}
     digest = base_digest(encoder)
@@ -194,6 +293,14 @@ def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenize
     assert all(torch.equal(before[k], after[k]) for k in after if k not in adapter_keys)  # the base did not move
     assert base_digest(encoder) == digest
     head_after = model.head.state_dict()
+    if entity_head == "frozen-random":  # the reference's head: a random map that never trains, on the pooler output
+        assert sorted(head_after) == ["linear.bias", "linear.weight"]
+        assert all(torch.equal(head_before[k], head_after[k]) for k in head_after)
+        inputs = {k: torch.tensor(features[0][k])[None] for k in ("input_ids", "attention_mask", "token_type_ids")}
+        with torch.inference_mode():
+            pooled = encoder.eval()(**inputs).pooler_output
+            assert torch.equal(model.eval()(**inputs).logits, model.head.linear(pooled))
+        return
     assert any(not torch.equal(head_before[k], head_after[k]) for k in head_after if k != "names")  # head trained
     if entity_head == "names":
         assert torch.equal(head_before["names"], head_after["names"])  # the name embeddings are a frozen buffer

@@ -1,5 +1,7 @@
 """The `mop` strategy (tiny model, a 3-cluster toy KG): bad input fails before any stage, the stage plan and its
-keys, the partition and each part's classifier, and one end-to-end run with its analysis artifacts."""
+keys, the partition and each part's classifier, the entity heads, a subset of the adapters or one alone, fusion-only
+training over (un)trained adapters, the paper protocol, a damaged adapter failing the fine-tune, and end-to-end runs
+with their analysis artifacts."""
 
 from __future__ import annotations
 
@@ -60,6 +62,12 @@ def prepared(tmp_path, textcls_dir, kg, model_updates: dict | None = None, **str
       "strategy.adapter.output_adapter=true", "strategy.adapter.reduction_factor=8"],
      "strategy.adapter: rejected by adapters for this model"),
     (["sources.0.path=EMPTY"], "sources.0: knowledge source 'triples' yields no triples"),
+    (["strategy.adapters_used=[0,3]"], "strategy.adapters_used: part 3 but only 3 partitions (0..2)"),
+    (["strategy.adapters_used=[1,1]"], "strategy.adapters_used: Value error, parts must be distinct"),
+    (["strategy.adapters_used=[]"], "strategy.adapters_used: Value error, name at least one part"),
+    (["strategy.mixture=moe", "strategy.top_k=3", "strategy.adapters_used=[0,2]"],
+     "strategy.top_k: 3 adapters per token but only 2 adapters in strategy.adapters_used"),
+    (["strategy.entity_head=random"], "strategy.entity_head: Input should be 'names', 'linear' or 'frozen-random'"),
 ])
 def test_bad_input_is_one_line_exit_2_before_any_stage(tmp_path, textcls_dir, kg_file, capsys, sets, message):
     empty = tmp_path / "empty.tsv"
@@ -82,7 +90,7 @@ def test_stage_plan_spreads_the_adapters_and_keys_the_knowledge_side_without_the
     from kinject.plugins.finetune.strategy import FinetuneStrategy
 
     run = prepared(tmp_path, textcls_dir, kg_file)
-    names = [s.name for s in run.stages]
+    names = [s.name for s in run.strategy.stages(run)]  # (hook plugins may add stages after these)
     assert names == ["finetune", "evaluate", "mop-partition", "mop-adapter-0", "mop-adapter-1", "mop-adapter-2",
                      "mop-finetune", "mop-evaluate", "mop-analysis", "mop-compare"]
     spread = [s.name for s in run.stages if s.spread]
@@ -119,10 +127,11 @@ def test_default_source_is_the_embedded_hpo_graph(tmp_path, textcls_dir):
 
 
 # -- partition and adapters --------------------------------------------------------------------------------- #
-def run_stages(run, names):
+def run_stages(run, names, dirs: dict | None = None):
+    """Run the planned stages named in ``names`` (given ``dirs``: the folders of stages already run)."""
     from kinject.engine import plan, run_stage
 
-    dirs = {}
+    dirs = dict(dirs or {})
     for planned in plan(run):
         if planned.stage.name in names:
             run_stage(run, planned, dirs)
@@ -325,3 +334,134 @@ def test_prior_accuracy_is_what_answering_the_most_frequent_training_tail_scores
         "accuracy@1": 0.5, "accuracy@2": 0.75, "accuracy@3": 0.75, "accuracy@4": 1.0}
     assert prior_accuracy(train, [2], ks=(1,)) == {"accuracy@1": 0.0}
     assert prior_accuracy(train, [], ks=(1,))["accuracy@1"] != prior_accuracy(train, [], ks=(1,))["accuracy@1"]  # nan
+
+
+# -- which adapters a run uses, the entity heads, fusion-only training, the paper protocol -------------------- #
+def test_a_subset_or_one_adapter_plans_only_those_adapters_under_the_full_runs_keys(tmp_path, textcls_dir, kg_file):
+    from kinject.engine import plan
+
+    full = {p.stage.name: p for p in plan(prepared(tmp_path, textcls_dir, kg_file))}
+    for used, label in (([2, 0], "mop-softmax-parts-0-2"), ([1], "mop-part-1-alone")):
+        run = prepared(tmp_path, textcls_dir, kg_file, adapters_used=used)
+        assert run.strategy.config.adapters_used == sorted(used)
+        planned = {p.stage.name: p for p in plan(run)}
+        adapters = [f"mop-adapter-{i}" for i in sorted(used)]
+        assert [name for name in planned if name.startswith("mop-adapter-")] == adapters
+        for name in ("mop-partition", *adapters):  # the same cache entries as a run over all K
+            assert planned[name].key == full[name].key
+        assert planned["mop-finetune"].stage.config.adapters == adapters
+        assert planned["mop-finetune"].key != full["mop-finetune"].key
+        assert planned["mop-compare"].stage.config.labels == ("finetune", label)
+        assert ("mixture.json" in planned["mop-analysis"].stage.artifacts) == (len(used) > 1)
+    everything = {p.stage.name: p.key for p in plan(prepared(tmp_path, textcls_dir, kg_file, adapters_used=[0, 1, 2]))}
+    assert everything == {name: p.key for name, p in full.items()}
+
+
+def test_the_frozen_random_entity_head_never_trains_only_the_adapter_does(tmp_path, textcls_dir, kg_file):
+    import torch
+    from safetensors.torch import load_file
+
+    heads, weights = {}, {}
+    for steps in (0, 3):
+        (tmp_path / f"s{steps}").mkdir()
+        run = prepared(tmp_path / f"s{steps}", textcls_dir, kg_file, entity_head="frozen-random",
+                       adapter_max_steps=steps, adapter_warmup_ratio=0.0)
+        adapter = next(s for s in run.stages if s.name == "mop-adapter-1").config
+        assert adapter.training.warmup_ratio == 0.0 and adapter.entity_head == "frozen-random"
+        folder = run_stages(run, {"mop-partition", "mop-adapter-1"})["mop-adapter-1"]
+        heads[steps] = load_file(str(folder / "entity_head.safetensors"))
+        weights[steps] = load_file(str(folder / "adapter" / "adapter.safetensors"))
+        stats = json.loads((folder / "adapter.json").read_text())
+        assert stats["entity_head"] == "frozen-random" and stats["base_unchanged"]
+    assert sorted(heads[0]) == ["classes", "linear.bias", "linear.weight"]
+    assert all(torch.equal(heads[0][k], heads[3][k]) for k in heads[0])  # the same random map, never trained
+    assert any(not torch.equal(weights[0][k], weights[3][k]) for k in weights[0])  # the adapter learned
+
+
+@pytest.mark.parametrize("adapter_steps", [0, 2])
+def test_fusion_only_training_keeps_the_saved_adapters_and_the_base_bit_for_bit(tmp_path, textcls_dir, kg_file,
+                                                                                tiny_model, adapter_steps):
+    """MoP with fusion-only training over untrained (adapter_max_steps=0) or trained adapters: the fine-tuned model
+    holds exactly the adapters its stages saved and the base model's weights; only the fusion and the head train."""
+    import torch
+    from safetensors.torch import load_file
+
+    run = prepared(tmp_path, textcls_dir, kg_file, adapter_max_steps=adapter_steps, finetune="fusion",
+                   baseline=False, analysis=False)
+    dirs = run_stages(run, {"mop-partition", "mop-adapter-0", "mop-adapter-1", "mop-adapter-2", "mop-finetune"})
+    model = load_file(str(dirs["mop-finetune"] / "model" / "model.safetensors"))
+    for i in range(3):
+        stats = json.loads((dirs[f"mop-adapter-{i}"] / "adapter.json").read_text())
+        assert (stats["train"] == {}) == (adapter_steps == 0)
+        saved = load_file(str(dirs[f"mop-adapter-{i}"] / "adapter" / "adapter.safetensors"))
+        assert all(torch.equal(model[f"bert.{key}"], tensor) for key, tensor in saved.items())
+    base = load_file(str(Path(tiny_model) / "model.safetensors"))
+    assert all(torch.equal(model[f"bert.{key}" if not key.startswith("bert.") else key], tensor)
+               for key, tensor in base.items() if "pooler" not in key)
+    fusion = [key for key in model if "adapter_fusion_layer" in key]
+    value = next(key for key in fusion if key.endswith("value.weight"))
+    assert not torch.equal(model[value], torch.eye(model[value].shape[0]))  # the fusion trained
+    trained = json.loads((dirs["mop-finetune"] / "train.json").read_text())["trainable_parameters"]
+    assert trained == sum(model[key].numel() for key in [*fusion, "classifier.weight", "classifier.bias"])
+
+
+def test_a_damaged_saved_adapter_fails_the_fused_fine_tune(tmp_path, textcls_dir, kg_file):
+    from safetensors.torch import load_file, save_file
+
+    from kinject.errors import DataError
+
+    run = prepared(tmp_path, textcls_dir, kg_file, adapter_max_steps=0, baseline=False, analysis=False)
+    dirs = run_stages(run, {"mop-partition", "mop-adapter-0", "mop-adapter-1", "mop-adapter-2"})
+    weights = dirs["mop-adapter-1"] / "adapter" / "adapter.safetensors"
+    tensors = load_file(str(weights))
+    key = sorted(tensors)[0]
+    tensors[key] = tensors[key] + 1.0
+    save_file(tensors, str(weights))
+    with pytest.raises(DataError, match="partition adapter 'part-1' did not load as saved: the file no longer holds"):
+        run_stages(run, {"mop-finetune"}, dirs)
+
+
+def test_the_paper_protocol_sets_the_papers_settings_where_the_run_sets_none(tmp_path, textcls_dir, kg_file):
+    from kinject.engine import prepare
+    from kinject.spec import apply_protocol, apply_recommended, build_spec
+    from kinject.plugins.mop.strategy import MopStrategy
+
+    data = spec(tmp_path, textcls_dir, kg_file)
+    data.update(strategy={"name": "mop", "partitions": 3}, protocol="paper")  # K set by the run: kept
+    data.pop("training")
+    run = prepare(build_spec(data))
+    cfg, training = run.strategy.config, run.spec.training
+    assert (cfg.partitions, cfg.mixture, cfg.finetune, cfg.entity_head, cfg.adapters_used) == \
+        (3, "softmax", "joint", "frozen-random", None)
+    assert (training.learning_rate, training.head_learning_rate, training.epochs, training.patience,
+            training.selection, training.batch_size, training.warmup_ratio) == (1e-5, None, 25, 5, "best", 16, 0.1)
+    stages = {s.name: s for s in run.stages}
+    adapter = stages["mop-adapter-0"].config
+    assert (adapter.training.learning_rate, adapter.training.batch_size, adapter.training.warmup_ratio,
+            adapter.training.epochs, adapter.kg.max_length, adapter.entity_head) == (1e-4, 256, 0.0, 1, 64,
+                                                                                    "frozen-random")
+    assert stages["mop-finetune"].config.training.learning_rate == 1e-5
+    assert stages["mop-finetune"].config.training.patience == 5
+    assert stages["mop-finetune"].config.regularization is False  # the reference adds no fusion regulariser
+    # a task's recommended head rate does not reach the paper's one-rate fine-tune
+    protocol, _ = apply_protocol(build_spec({**data, "protocol": "paper"}), MopStrategy.protocols["paper"])
+    recommended, applied = apply_recommended(protocol, {"training": {"head_learning_rate": 2e-2, "epochs": 1}})
+    assert recommended.training.head_learning_rate is None and recommended.training.epochs == 25 and not applied
+
+
+@pytest.mark.slow
+def test_one_adapter_alone_runs_end_to_end_without_a_mixture(tmp_path, textcls_dir, kg_file):
+    from kinject.engine import execute
+    from kinject.plugins.mop.strategy import MopStrategy
+
+    run = prepared(tmp_path, textcls_dir, kg_file, adapters_used=[1])
+    metrics = execute(run, tmp_path / "run")
+    out = tmp_path / "run"
+    assert metrics["comparison"]["other_name"] == "mop-part-1-alone" and set(metrics["test"]) == {"accuracy",
+                                                                                                   "f1_macro"}
+    assert [p["part"] for p in json.loads((out / "partition-adapters.json").read_text())["parts"]] == [1]
+    assert not (out / "mixture.json").exists()
+    assert json.loads((out / "model" / "config.json").read_text())["mop"]["adapters"] == ["part-1"]
+    model = MopStrategy.load_task_model(out / "model", run.task.head(run.env))
+    assert str(model.active_adapters) == "Stack[part-1]"
+    assert not any("adapter_fusion_layer" in name for name, _ in model.named_parameters())

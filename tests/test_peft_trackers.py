@@ -35,6 +35,7 @@ def test_peft_trains_adapters_and_the_head_and_saves_a_plain_merged_model(tmp_pa
     assert not any("lora" in n or "ia3" in n for n, _ in encoder.named_parameters())
     stage = Path(info["finetune"]["dir"])
     assert (stage / "peft-adapter" / "adapter_config.json").exists()
+    assert (adapted / "peft-adapter" / "adapter_config.json").exists()  # beside the merged model in the run
     base = AutoModel.from_pretrained(tiny_model).state_dict()
     merged = encoder.state_dict()
     changed = [k for k in merged if k in base and not torch.equal(merged[k], base[k])]

@@ -1,5 +1,5 @@
 """Pretraining data (the knowledge library's MLM building blocks): packing (order, separators, word ids, useful
-tokens), whole-word masking statistics, sparse prediction."""
+tokens), whole-word and token masking statistics, sparse prediction."""
 
 from __future__ import annotations
 
@@ -107,11 +107,70 @@ def test_whole_word_masking_statistics(tokenizer):
     assert abs(actions["keep"] / chosen - 0.1) < 0.02
 
 
+def test_token_masking_selects_and_replaces_tokens_independently(tokenizer):
+    """unit=token: 15% of the (non-special) tokens, each on its own - a token's neighbour in the same word is
+    selected at the base rate, not with it - and 80/10/10 per token; whole-word masking never splits a word."""
+    rows = _batch(tokenizer, 1500)
+    collators = {unit: WholeWordMaskCollator(tokenizer, 0.15, 0.8, 0.1, generator=torch.Generator().manual_seed(0),
+                                             unit=unit) for unit in ("token", "whole_word")}
+    counts = {unit: {"tokens": 0, "chosen": 0, "pairs": 0, "first": 0, "both": 0, "split_words": 0, "mask": 0,
+                     "random": 0, "keep": 0} for unit in collators}
+    for unit, collator in collators.items():
+        c = counts[unit]
+        for lo in range(0, len(rows), 32):
+            features = rows[lo:lo + 32]
+            batch = collator(features)
+            for row, f in enumerate(features):
+                ids, words = torch.tensor(f["input_ids"]), torch.tensor(f["word_ids"])
+                n = len(ids)
+                labels, inputs = batch["labels"][row, :n], batch["input_ids"][row, :n]
+                chosen = labels != -100
+                assert not chosen[words < 0].any()  # specials are never targets
+                assert (labels[chosen] == ids[chosen]).all()
+                c["tokens"] += int((words >= 0).sum())
+                c["chosen"] += int(chosen.sum())
+                c["mask"] += int((inputs[chosen] == tokenizer.mask_token_id).sum())
+                c["keep"] += int((inputs[chosen] == ids[chosen]).sum())
+                c["random"] += int(((inputs[chosen] != ids[chosen]) & (inputs[chosen] != tokenizer.mask_token_id)).sum())
+                same_word = (words[1:] == words[:-1]) & (words[1:] >= 0)  # a token and the next, in one word
+                c["pairs"] += int(same_word.sum())
+                c["first"] += int((same_word & chosen[:-1]).sum())
+                c["both"] += int((same_word & chosen[:-1] & chosen[1:]).sum())
+                for w in words[words >= 0].unique():
+                    at = chosen[words == w]
+                    c["split_words"] += int(at.any() and not at.all())
+    token, whole = counts["token"], counts["whole_word"]
+    assert token["tokens"] > 30000 and token["pairs"] > 10000
+    assert abs(token["chosen"] / token["tokens"] - 0.15) < 0.01
+    # independence: given a selected token, the next token of the same word is selected at the base rate
+    assert abs(token["both"] / token["first"] - 0.15) < 0.03
+    assert token["split_words"] > 1000  # words are partly masked
+    for action, share in (("mask", 0.8), ("random", 0.1), ("keep", 0.1)):
+        assert abs(token[action] / token["chosen"] - share) < 0.02, action
+    # whole words: the next token of a selected word is always selected too, and no word is ever split
+    assert whole["both"] == whole["first"] > 1000 and whole["split_words"] == 0
+
+
 def test_a_batch_always_has_a_target(tokenizer):
     rows = _batch(tokenizer, 3, 64)[:1]
-    collator = WholeWordMaskCollator(tokenizer, probability=1e-9, generator=torch.Generator().manual_seed(0))
-    labels = collator(rows)["labels"]
-    assert (labels != -100).any()
+    for unit in ("whole_word", "token"):
+        collator = WholeWordMaskCollator(tokenizer, probability=1e-9, generator=torch.Generator().manual_seed(0),
+                                         unit=unit)
+        labels = collator(rows)["labels"]
+        assert (labels != -100).any()
+        if unit == "token":  # one target: the row's first token
+            assert (labels != -100).sum() == 1 and labels[0, 1] == rows[0]["input_ids"][1]
+
+
+def test_whole_word_masking_is_the_default_and_unchanged_by_the_unit_option(tokenizer):
+    rows = _batch(tokenizer, 60)[:8]
+    default = WholeWordMaskCollator(tokenizer, seed=3)(rows)
+    explicit = WholeWordMaskCollator(tokenizer, seed=3, unit="whole_word")(rows)
+    token = WholeWordMaskCollator(tokenizer, seed=3, unit="token")(rows)
+    assert all(torch.equal(default[k], explicit[k]) for k in default)
+    assert not torch.equal(default["labels"], token["labels"])
+    with pytest.raises(ValueError, match="unit 'word'"):
+        WholeWordMaskCollator(tokenizer, unit="word")
 
 
 def test_sparse_prediction_gives_the_full_forward_loss_and_gradients(tokenizer, tiny_model):

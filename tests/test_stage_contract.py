@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import PROBE_STAGES
 
 from helpers import run_kinject as kinject
 
@@ -179,7 +180,7 @@ def test_dry_run_says_which_field_changed(finished, tmp_path, textcls_dir, capsy
     capsys.readouterr()
     assert kinject(*args, "--dry-run") == 0
     out = capsys.readouterr().out
-    assert out.count("cache hit") == 2
+    assert out.count("cache hit") == 2 + len(PROBE_STAGES)
     assert kinject(*args, "--set", "training.learning_rate=0.001", "--dry-run") == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("stage finetune"))

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+from helpers import PROBE_STAGES
 from conftest import write_textcls
 
 from kinject.errors import DataMissingError, SpecError, UnknownNameError
@@ -119,7 +120,7 @@ def test_training_overrides_reach_only_the_intermediate_stage(tmp_path, tiny_mod
     inter = [{"name": "textcls", "path": str(folder), "training": {"learning_rate": 0.5, "head_learning_rate": 0.25}}]
     run = engine.prepare(build_spec(spec_data(folder, inter, cache_dir, tiny_model, training={"epochs": 2})))
     stages = {p.stage.name: p.stage for p in engine.plan(run)}
-    assert list(stages) == ["intermediate-1-textcls", "finetune", "evaluate"]
+    assert list(stages) == ["intermediate-1-textcls", "finetune", "evaluate", *PROBE_STAGES]
     assert stages["intermediate-1-textcls"].config.training.learning_rate == 0.5
     assert stages["intermediate-1-textcls"].config.training.head_learning_rate == 0.25  # its own head's rate
     assert stages["intermediate-1-textcls"].config.training.epochs == 2

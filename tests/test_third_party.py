@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import PROBE_STAGES
 
 PLUGINS = Path(__file__).parent / "third_party_plugin"
 
@@ -45,7 +46,7 @@ def test_pip_installed_plugin_is_listed_and_runs(tmp_path, textcls_dir, tiny_mod
     assert (finetune_dir / "note.txt").read_text() == "from-test"
     assert "test" in json.loads((out / "metrics.json").read_text())
     events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
-    assert [e["event"] for e in events] == ["run_start", "stage_end", "stage_end", "run_end"]
+    assert [e["event"] for e in events] == ["run_start", *["stage_end"] * (2 + len(PROBE_STAGES)), "run_end"]
     assert events[0]["strategy"] == "echo"
 
 
@@ -64,7 +65,7 @@ def test_a_third_party_kg_to_text_strategy_reuses_the_public_builders(tmp_path, 
     assert ran.returncode == 0, ran.stderr[-2000:]
     stages = {s["name"]: s for s in json.loads((out / "run.json").read_text())["stages"]}
     assert list(stages) == ["kgtext-verbalise", "kgtext-coverage", "kgtext-pack", "kgtext-head", "kgtext-mlm",
-                            "kgtext-finetune", "evaluate"]
+                            "kgtext-finetune", "evaluate", *PROBE_STAGES]  # the probe: a third party's runs too
     texts = (Path(stages["kgtext-verbalise"]["dir"]) / "texts.jsonl").read_text().splitlines()
     assert len(texts) == 121 and json.loads(texts[0])["text"].endswith(".")  # every triple, one sentence each
     mlm = json.loads((Path(stages["kgtext-mlm"]["dir"]) / "train.json").read_text())

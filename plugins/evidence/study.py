@@ -1,5 +1,8 @@
 """The optuna side of ``kinject sweep``: open (or continue) a study, run trials as kinject runs, write the
-best spec. The search space and its validation are in :mod:`kinject.plugins.evidence.sweep`."""
+best spec. The search space and its validation are in :mod:`kinject.plugins.evidence.sweep`.
+
+Storages: the default sqlite file, an RDB URL (``--storage postgresql://...``), or a journal file
+(``--storage journal:PATH`` or a path ending in ``.log``) for machines that share a filesystem but no database."""
 
 from __future__ import annotations
 
@@ -25,8 +28,33 @@ def _quiet_optuna():
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # heartbeats
 
 
+def journal_path(url: str) -> str | None:
+    """The file of a journal storage (``journal:PATH``, or a path ending in .log), else None."""
+    if url.startswith("journal:"):
+        return url[len("journal:"):]
+    return url if url.endswith(".log") and "://" not in url else None
+
+
+def open_journal(path: str):
+    """optuna's journal file storage: an append-only log any process on a shared filesystem (NFS v3+, Lustre, GPFS)
+    can share without a database server; a missing folder or an unwritable file -> one-line KinjectError."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+    _quiet_optuna()
+    file = Path(path).expanduser()
+    if not path or not file.parent.is_dir():
+        raise KinjectError(f"--storage journal:{path}: cannot open the study storage (no folder {file.parent})")
+    try:
+        return JournalStorage(JournalFileBackend(str(file), lock_obj=JournalFileOpenLock(str(file))))
+    except OSError as exc:
+        raise KinjectError(f"--storage journal:{path}: cannot open the study storage ({exc.strerror or exc})") \
+            from None
+
+
 def open_storage(url: str, attempts: int = 5):
-    """An optuna RDB storage with heartbeats; an unreachable or malformed URL -> one-line KinjectError.
+    """An optuna storage: a journal file (``journal:PATH`` or ``*.log``: :func:`open_journal`), else an RDB URL with
+    heartbeats; an unreachable or malformed URL -> one-line KinjectError.
 
     Processes started together on a new storage race to create its tables; the loser's "already exists" is
     retried (the storage is then there to join)."""
@@ -34,6 +62,8 @@ def open_storage(url: str, attempts: int = 5):
 
     import optuna
 
+    if journal_path(url) is not None:
+        return open_journal(journal_path(url))
     _quiet_optuna()
     for attempt in range(attempts):
         try:
@@ -151,7 +181,8 @@ def _check_objective(run, metric: str | None, split: str) -> str:
 
 def choose_folds(run, folds: int | None, split: str, announce: Callable[[str], None]) -> int:
     """The number of cross-validation folds of the sweep (0: none). ``folds`` None: :data:`AUTO_FOLDS` when the
-    task's train split has fewer than :data:`AUTO_FOLDS_BELOW` examples, else 0; 0: none; K: K folds."""
+    objective is on dev and the task's train split has fewer than :data:`AUTO_FOLDS_BELOW` examples, else 0;
+    0: none; K: K folds."""
     if folds is not None and folds != 0 and folds < 2:
         raise SpecError(f"--folds {folds}: cross-validation needs at least 2 folds")
     if run.task is None or run.members:  # a task group: its members' splits differ; sweep a member instead
@@ -164,7 +195,7 @@ def choose_folds(run, folds: int | None, split: str, announce: Callable[[str], N
         return 0
     examples = run.task.examples(run.task.train_split, run.env)
     if folds is None:
-        if len(examples) >= AUTO_FOLDS_BELOW:
+        if len(examples) >= AUTO_FOLDS_BELOW or split != "dev":  # automatic only in place of scoring dev
             return 0
         folds = AUTO_FOLDS
         announce(f"{run.task.name}: the train split has {len(examples)} examples (< {AUTO_FOLDS_BELOW}): each trial "

@@ -27,6 +27,9 @@ class MopConfig(PluginConfig):
         "joint", description="Downstream training: joint (base model, adapters and fusion together, as the paper "
         "did) or fusion (base and adapters frozen; fusion layers and the task head train; with one adapter in "
         "adapters_used, the task head alone). With adapter_max_steps=0: fusion over untrained adapters.")
+    fusion_regularization: bool = Field(
+        True, description="Add the \"dynamic\" fusion's value regulariser, 0.01 |I - W_v|^2 per layer, to the "
+        "training loss (AdapterFusion's; the MoP reference code never adds it).")
     adapters_used: list[int] | None = Field(
         None, description="Partition adapters the task model uses (None: all K). One part [i]: that adapter alone, no "
         "fusion (the paper's Fig. 2); several [i, j, ...]: fusion of those parts only (its Tables 7/8). Sorted; the "

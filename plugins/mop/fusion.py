@@ -145,12 +145,13 @@ def install_mixture(model, fuse: Fuse, mixture: str, tau: float = 1.0, top_k: in
     return out
 
 
-def fusion_losses(model) -> torch.Tensor | None:
-    """What fusion adds to the task loss: the "dynamic" fusion's value regulariser (when its config asks for it
-    and the value matrices train) and the MoE load-balancing losses of the last forward pass (then cleared)."""
+def fusion_losses(model, regularization: bool = True) -> torch.Tensor | None:
+    """What fusion adds to the task loss: the "dynamic" fusion's value regulariser (``regularization``, when its
+    config asks for it and the value matrices train) and the MoE load-balancing losses of the last forward pass (then
+    cleared)."""
     total = None
     fusions = getattr(getattr(model, "adapters_config", None), "fusions", {}) or {}
-    if any(model.adapters_config.get_fusion(name)[0]["regularization"] for name in fusions):
+    if regularization and any(model.adapters_config.get_fusion(name)[0]["regularization"] for name in fusions):
         total = model.get_fusion_regularization_loss()
     for module in model.modules():
         if isinstance(module, MoEFusion) and module.aux_loss is not None:
@@ -159,16 +160,17 @@ def fusion_losses(model) -> torch.Tensor | None:
     return total
 
 
-def mixture_trainer_class():
-    """HF Trainer whose loss is the task loss plus :func:`fusion_losses` (adapters' AdapterTrainer refuses an
-    unfrozen base, and applies the regulariser one step late through a callback)."""
+def mixture_trainer_class(regularization: bool = True):
+    """HF Trainer whose loss is the task loss plus :func:`fusion_losses` (``regularization``: with the fusion's value
+    regulariser; adapters' AdapterTrainer refuses an unfrozen base, and applies the regulariser one step late through
+    a callback)."""
     from transformers import Trainer
 
     class MixtureTrainer(Trainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss, outputs = super().compute_loss(model, inputs, return_outputs=True,
                                                  num_items_in_batch=num_items_in_batch)
-            extra = fusion_losses(self.model)
+            extra = fusion_losses(self.model, regularization)
             if extra is not None:
                 loss = loss + extra.to(loss.device)
             return (loss, outputs) if return_outputs else loss
@@ -265,11 +267,13 @@ def _module_name(model, module) -> str:
 class FusionConfig(FinetuneConfig):
     """Fine-tune the task model with the partition adapters of the stages ``adapters`` (in partition order) loaded,
     their fusion added and the ``mixture`` (mixture, tau, top_k, loss_coef: :func:`install_mixture`) installed (one
-    stage: its adapter alone); ``joint``: the base and the adapters train too."""
+    stage: its adapter alone); ``joint``: the base and the adapters train too; ``regularization``: the fusion's value
+    regulariser joins the loss."""
 
     adapters: list[str]
     mixture: dict
     joint: bool
+    regularization: bool = True
 
     def prepare_model(self, model, ctx: StageContext):
         torch.manual_seed(self.seed)  # fusion-layer initialisation
@@ -280,7 +284,7 @@ class FusionConfig(FinetuneConfig):
         return model
 
     def trainer_class(self, head: Head):
-        return mixture_trainer_class()
+        return mixture_trainer_class(self.regularization)
 
     def save_model(self, model, tokenizer, folder: Path, ctx: StageContext) -> None:
         names = [saved_adapter_name(ctx.inputs[name] / "adapter") for name in self.adapters]

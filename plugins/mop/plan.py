@@ -117,7 +117,8 @@ def fusion_stages(run, cfg: MopConfig, adapters: list[str]) -> list[Stage]:
     evaluate body loading the fused model, :class:`FusedEvaluateConfig`)."""
     mixture = {"mixture": cfg.mixture, "tau": cfg.tau, "top_k": cfg.top_k, "loss_coef": cfg.moe_loss_coef}
     finetune = finetune_stage(run, name=FUSION)
-    config = FusionConfig(**dict(finetune.config), adapters=adapters, mixture=mixture, joint=cfg.finetune == "joint")
+    config = FusionConfig(**dict(finetune.config), adapters=adapters, mixture=mixture, joint=cfg.finetune == "joint",
+                          regularization=cfg.fusion_regularization)
     evaluate = evaluate_stage(run, FUSION, name=EVALUATE)
     return [dataclasses.replace(finetune, config=config, inputs=tuple(adapters), libraries=LIBRARIES),
             dataclasses.replace(evaluate, config=FusedEvaluateConfig(**dict(evaluate.config)), libraries=LIBRARIES)]

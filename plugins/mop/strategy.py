@@ -26,13 +26,16 @@ class MopStrategy(Strategy):
     #: Meng et al. 2021 and cambridgeltl/mop (README, train_pubmedbert.sh, run_pretrain.py, bert_trainer.py): adapters
     #: at lr 1e-4, batch 256, no warm-up, 1 epoch (the README's first command; its shuffle runs use 2), max length 64,
     #: the frozen random entity head; K=20, softmax fusion trained jointly downstream at lr 1e-5 for up to 25 epochs,
-    #: patience 5, best on dev, batch 16, warm-up 0.1, one learning rate for every parameter. Differences: docs/mop.md
+    #: patience 5, best on dev, batch 16, warm-up 0.1, one learning rate for every parameter, no fusion regulariser.
+    #: Differences: docs/mop.md
     protocols: ClassVar[dict] = {"paper": {
         "strategy": {"partitions": 20, "mixture": "softmax", "finetune": "joint", "entity_head": "frozen-random",
                      "adapter_learning_rate": 1e-4, "adapter_batch_size": 256, "adapter_warmup_ratio": 0.0,
-                     "adapter_epochs": 1, "kg_max_length": 64},
+                     "adapter_epochs": 1, "kg_max_length": 64, "fusion_regularization": False},
         "training": {"learning_rate": 1e-5, "head_learning_rate": None, "epochs": 25, "patience": 5,
-                     "selection": "best", "batch_size": 16, "warmup_ratio": 0.1}}}
+                     "selection": "best", "batch_size": 16, "warmup_ratio": 0.1}},
+        "quick": {"strategy": {"partitions": 4, "kg_max_triples": 2000, "adapter_max_steps": 20},
+                  "training": {"max_steps": 30}}}  # kinject run --quick
 
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage; returns the KG (the run's source, else the embedded HPO

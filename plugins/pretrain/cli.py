@@ -108,6 +108,20 @@ def compare(tokenizers: List[str] = typer.Option(..., "--tokenizer", "-t", help=
         console.print(f"wrote {png_out}")
 
 
+@app.command("general-corpus")
+def general_corpus(out: Path = typer.Option(..., "--out", "-o", help="The .txt file to write (a text a line)"),
+                   debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
+    """Write the out-of-domain control corpus (the texts of `--set strategy.mlm_corpus=general`): paragraphs of the
+    running Python's standard library docstrings and language reference."""
+    from kinject.api import atomic_file
+    from kinject.plugins.pretrain.control import python_docs_texts, write_texts
+
+    with atomic_file(out) as tmp:
+        stats = write_texts(python_docs_texts(), tmp)
+    typer.echo(f"wrote {out}: {stats['texts']} texts, {stats['chars']} characters, {stats['words']} words, "
+               f"sha256 {stats['sha256']}")
+
+
 def _write_csv(path: Path, rows: list[dict]) -> None:
     import csv
 

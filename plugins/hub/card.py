@@ -1,0 +1,318 @@
+"""The model card of a run: README.md with the Hub's metadata (``huggingface_hub.ModelCardData``: library, tags, base
+model, datasets, pipeline tag, ``model-index``) over a body written from run.json, metrics.json and probe.json."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+#: kinject's model aliases that are Hub models (``tiny`` is built in-process: no base model on the Hub)
+HUB_MODELS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
+#: kinject tasks whose data is on the Hub: task -> (dataset id, config). The splits kinject reads may differ.
+HUB_DATASETS = {"bc5chem": ("bigbio/blurb", "bc5chem"), "bc5disease": ("bigbio/blurb", "bc5disease"),
+                "ncbi-disease": ("bigbio/blurb", "ncbi_disease"), "bc2gm": ("bigbio/blurb", "bc2gm"),
+                "jnlpba": ("bigbio/blurb", "jnlpba")}
+#: metrics.json entries that are not evaluation splits
+NOT_SPLITS = ("train", "comparison", "probe")
+#: what the folders a strategy shares by convention hold (Strategy.shared_files)
+FOLDERS = {"adapters/": "adapters as the strategy's knowledge stages trained them, one folder each",
+           "fusion/": "the fusion layer that mixes the adapters in the task model",
+           "finetuned-adapters/": "the adapters as the task model holds them (they trained with the task)"}
+PIPELINES = {"token": ("token-classification", "Token Classification"),
+             "sequence": ("text-classification", "Text Classification"),
+             "retrieval": ("text-ranking", "Text Ranking")}
+
+
+def read_json(path: Path) -> dict:
+    """A run file as a dict ({} when absent)."""
+    from kinject.api import DataError
+
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"cannot read ({exc})", path) from None
+
+
+def base_model(info: dict) -> str | None:
+    """The base model's Hub id: a kinject alias with one, or the model name when it was a Hub id (run.json's
+    model_path is then the name itself); None for a local folder or the in-process ``tiny``."""
+    name = (info.get("spec", {}).get("model") or {}).get("name")
+    if name in HUB_MODELS:
+        return HUB_MODELS[name]
+    return name if name and info.get("model_path") == name else None
+
+
+def task_kind(info: dict, files: dict[str, Path]) -> str:
+    """``token``, ``retrieval`` or ``sequence``: from the saved model's architecture and the task class."""
+    config = files.get("config.json")
+    architectures = (read_json(config).get("architectures") or []) if config else []
+    if any(a.endswith("ForTokenClassification") for a in architectures):
+        return "token"
+    try:
+        from kinject.api import registry
+        from kinject.tasks.retrieval import RetrievalTask
+
+        if issubclass(registry("tasks").get(info["spec"]["task"]["name"]), RetrievalTask):
+            return "retrieval"
+    except Exception:  # a task plugin not installed here: the architecture decides
+        pass
+    return "sequence"
+
+
+def split_metrics(metrics: dict) -> dict[str, dict[str, float]]:
+    """split -> {metric: value} of the evaluated splits in metrics.json (numbers only)."""
+    return {split: {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            for split, values in metrics.items() if split not in NOT_SPLITS and isinstance(values, dict)}
+
+
+def card_data(info: dict, metrics: dict, repo_id: str, files: dict[str, Path]) -> ModelCardData:
+    """The card's YAML metadata, with one ``model-index`` result per evaluated split and metric."""
+    spec = info.get("spec", {})
+    strategy = (spec.get("strategy") or {}).get("name", "?")
+    task = (spec.get("task") or {}).get("name", "?")
+    pipeline, task_title = PIPELINES[task_kind(info, files)]
+    dataset, config = HUB_DATASETS.get(task, (None, None))
+    results = [EvalResult(task_type=pipeline, task_name=task_title, dataset_type=dataset or task, dataset_name=task,
+                          dataset_config=config, dataset_split=split, metric_type=name, metric_name=name,
+                          metric_value=round(float(value), 6))
+               for split, values in split_metrics(metrics).items() for name, value in values.items()]
+    adapters = any(path.startswith(("adapters/", "fusion/")) for path in files)
+    return ModelCardData(library_name="transformers", base_model=base_model(info), pipeline_tag=pipeline,
+                         tags=["kinject", strategy, *(["adapters"] if adapters else [])],
+                         datasets=[dataset] if dataset else None, model_name=repo_id.split("/")[-1],
+                         eval_results=results or None)
+
+
+def model_card(run_dir: Path, repo_id: str, files: dict[str, Path]) -> ModelCard:
+    """The card of the run in ``run_dir`` published as ``repo_id`` with ``files`` (repo path -> local file)."""
+    info = read_json(run_dir / "run.json")
+    metrics = read_json(run_dir / "metrics.json")
+    probe = metrics.get("probe") if isinstance(metrics.get("probe"), dict) else read_json(run_dir / "probe.json")
+    data = card_data(info, metrics, repo_id, files)
+    body = "\n".join(part for part in (
+        summary(info, repo_id), setup_section(info), results_section(metrics), comparison_section(metrics),
+        probe_section(probe), usage_section(repo_id, files), files_section(files),
+        reproduce_section(info)) if part)
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
+
+
+# -- the body's sections ---------------------------------------------------------------------------------------- #
+class Prose(str):
+    """A table value shown as text (others are shown as code)."""
+
+
+def _value(value) -> str:
+    if isinstance(value, Prose):
+        return value.replace("|", "\\|")
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value.is_integer() and abs(value) >= 1000 else f"{value:.4g}"
+    text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def _table(rows: dict, header: tuple[str, str] = ("setting", "value")) -> str:
+    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
+    lines += [f"| {key} | {_value(value)} |" for key, value in rows.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _strategy_doc(name: str) -> str:
+    try:
+        from kinject.api import registry
+
+        return ((registry("strategies").get(name).__doc__ or "").strip().splitlines() or [""])[0]
+    except Exception:  # not installed here: the card still names it
+        return ""
+
+
+def summary(info: dict, repo_id: str) -> str:
+    spec = info.get("spec", {})
+    model = (spec.get("model") or {}).get("name", "?")
+    strategy = (spec.get("strategy") or {}).get("name", "?")
+    task = (spec.get("task") or {}).get("name", "?")
+    doc = _strategy_doc(strategy).rstrip(".")
+    hub = base_model(info)
+    base = f"[`{hub}`](https://huggingface.co/{hub})" if hub else f"`{model}`"
+    how = f" ({doc})" if doc else ""
+    return (f"# {repo_id.split('/')[-1]}\n\n{base} trained with kinject's `{strategy}` strategy{how} on the "
+            f"`{task}` task.\n")
+
+
+def sources_text(info: dict) -> Prose:
+    """The knowledge the run was given: each configured source with its settings, else the strategy's default."""
+    spec = info.get("spec", {})
+    sources = spec.get("sources") or []
+    if not sources:
+        try:
+            from kinject.api import registry
+
+            consumes = set(registry("strategies").get(spec["strategy"]["name"]).consumes)
+        except Exception:  # not installed here
+            consumes = {"?"}
+        if not consumes:
+            return Prose("none (the strategy reads no knowledge source)")
+        default = " (kinject's embedded Human Phenotype Ontology graph)" if consumes == {"triples"} else ""
+        return Prose(f"none configured: the strategy's default{default}")
+    parts = []
+    for source in sources:
+        settings = {k: v for k, v in source.items() if k != "name" and v != _default("sources", source["name"], k)}
+        parts.append(f"`{source['name']}` ({', '.join(f'{k}={v}' for k, v in settings.items())})")
+    return Prose("; ".join(parts))
+
+
+def _default(kind: str, name: str, field: str):
+    """A plugin config field's default (a marker that equals nothing when unknown: the value is then shown)."""
+    try:
+        from kinject.api import registry
+
+        info = registry(kind).get(name).Config.model_fields[field]
+        return info.get_default(call_default_factory=True) if not info.is_required() else _UNKNOWN
+    except Exception:  # not installed here, or no such field
+        return _UNKNOWN
+
+
+_UNKNOWN = object()
+
+
+def setup_section(info: dict) -> str:
+    spec = info.get("spec", {})
+    model = spec.get("model") or {}
+    name = (spec.get("task") or {}).get("name")
+    task = {k: v for k, v in (spec.get("task") or {}).items() if k != "name" and v != _default("tasks", name, k)}
+    training = spec.get("training") or {}
+    rows = {"base model": base_model(info) or model.get("name"), "model settings":
+            {k: v for k, v in model.items() if k != "name" and v is not None},
+            "strategy": (spec.get("strategy") or {}).get("name"), "knowledge": sources_text(info),
+            "task": name, "task options": task, "data": info.get("data"),
+            "seed": info.get("seed", spec.get("seed"))}
+    if training.get("limit"):
+        rows["limit"] = Prose(f"trained and evaluated on the first {training['limit']} examples per split")
+    text = "## Setup\n\n" + _table({k: v for k, v in rows.items() if v not in (None, {})})
+    strategy = {k: v for k, v in (spec.get("strategy") or {}).items() if k != "name"}
+    if strategy:
+        text += f"\n### Strategy settings (`{spec['strategy']['name']}`)\n\n" + _table(strategy)
+    if training:
+        text += "\n### Training settings\n\n" + _table(training)
+    return text
+
+
+def results_section(metrics: dict) -> str:
+    splits = split_metrics(metrics)
+    if not splits:
+        return ""
+    names = list(dict.fromkeys(name for values in splits.values() for name in values))
+    lines = ["## Results\n", "| split | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    lines += [f"| {split} | " + " | ".join(f"{values[n]:.4f}" if n in values else "" for n in names) + " |"
+              for split, values in splits.items()]
+    train = metrics.get("train") or {}
+    kept = {k: train[k] for k in ("train_loss", "global_step", "epoch", "trainable_parameters") if k in train}
+    if kept:
+        lines.append("\nTraining: " + ", ".join(f"{k} {_value(v).strip('`')}" for k, v in kept.items()) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def comparison_section(metrics: dict) -> str:
+    found = metrics.get("comparison")
+    found = [found] if isinstance(found, dict) else [c for c in found or [] if isinstance(c, dict)]
+    if not found:
+        return ""
+    lines = ["## Compared with the baseline\n",
+             "Paired over the same examples (same seed and data): the difference and its bootstrap interval, as "
+             "`kinject compare` reports them.\n",
+             "| split | metric | baseline | this model | difference | interval | examples |", "|---" * 7 + "|"]
+    for c in found:
+
+        def number(key: str, sign: str = "") -> str:
+            value = c.get(key)
+            return f"{value:{sign}.4f}" if isinstance(value, (int, float)) else "?"
+
+        interval = (f"{round(100 * c.get('confidence', 0.95))}% [{number('ci_low', '+')}, {number('ci_high', '+')}] "
+                    f"({c.get('method', 'percentile')}, {c.get('n_resamples', '?')} resamples)")
+        lines.append(f"| {c.get('split', 'test')} | {c.get('metric')} | {c.get('baseline_name', 'baseline')} "
+                     f"{number('baseline')} | {c.get('other_name', '')} {number('other')} | "
+                     f"{number('difference', '+')} | {interval} | {c.get('n', '?')} |")
+    return "\n".join(lines) + "\n"
+
+
+def probe_section(probe: dict | None) -> str:
+    if not probe or not isinstance(probe.get("model"), dict) or not isinstance(probe.get("base"), dict):
+        return ""
+    measures = [m for m in ("auroc", "accuracy") if m in probe["model"] and m in probe["base"]]
+    chance = probe.get("chance", 0.5)
+    lines = ["## Knowledge probe\n", "Did the knowledge go in? A logistic-regression probe on the frozen encoder's "
+             f"embeddings of held-out ontology facts, the same for every strategy (chance {chance}).\n",
+             "| | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|"]
+    for side in ("model", "base"):
+        lines.append(f"| {'this model' if side == 'model' else 'base model'} | "
+                     + " | ".join(f"{probe[side][m]:.4f}" for m in measures) + " |")
+    lines.append("| gain | " + " | ".join(f"{probe['model'][m] - probe['base'][m]:+.4f}" for m in measures) + " |")
+    facts = probe.get("facts") or {}
+    if facts:
+        lines.append("\nFacts: " + ", ".join(f"{k} {v}" for k, v in facts.items()) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def usage_section(repo_id: str, files: dict[str, Path]) -> str:
+    config = read_json(files["config.json"]) if "config.json" in files else {}
+    lines = ["## How to use\n"]
+    strategy = config.get("kinject_strategy")
+    if strategy:
+        lines.append(f"This task model needs kinject's `{strategy}` strategy to load as it was evaluated "
+                     "(`pip install kinject`, then `kinject eval <downloaded folder> --task ...`, or the strategy's "
+                     "`load_task_model`): `from_pretrained` alone loads the encoder and the head without the rest.\n")
+    elif config:
+        arch = next(iter(config.get("architectures") or []), "")
+        auto = next((f"AutoModelFor{kind}" for kind in ("TokenClassification", "SequenceClassification")
+                     if arch.endswith(f"For{kind}")), "AutoModel")
+        lines.append(f"```python\nfrom transformers import AutoTokenizer, {auto}\n\n"
+                     f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+                     f"model = {auto}.from_pretrained(\"{repo_id}\")\n```\n")
+    folders = sorted({path.split("/")[0] for path in files if "/" in path})
+    if any(folder.endswith("adapters") or folder == "fusion" for folder in folders):
+        tuned = "finetuned-adapters" if "finetuned-adapters" in folders else "adapters"
+        lines.append("The adapters are in the [adapters](https://docs.adapterhub.ml) library's format, one folder "
+                     "each (see Files). To rebuild the task model from them: download the repository "
+                     "(`huggingface_hub.snapshot_download`), load its encoder and head with `from_pretrained`, "
+                     f"`adapters.init(model)`, `model.load_adapter(f\"{{folder}}/{tuned}/{{name}}\")` for each "
+                     "adapter, `model.load_adapter_fusion(f\"{folder}/fusion\")` and activate "
+                     "`adapters.Fuse(*names)`. A JSON file beside the fusion weights says how the strategy mixes the "
+                     "adapters (MoP: `mop.json`; its softmax mixture is the library's own fusion). The adapters in "
+                     "`adapters/` are reusable knowledge for other tasks.\n")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
+def files_section(files: dict[str, Path]) -> str:
+    sizes: dict[str, int] = {}
+    for path, local in files.items():
+        top = path.split("/")[0] + ("/" if "/" in path else "")
+        sizes[top] = sizes.get(top, 0) + local.stat().st_size
+    lines = ["## Files\n"]
+    for top, size in sizes.items():
+        about = f": {FOLDERS[top]}" if top in FOLDERS else ""
+        lines.append(f"* `{top}` ({size_text(size)}){about}")
+    return "\n".join(lines) + "\n"
+
+
+def size_text(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"
+
+
+def reproduce_section(info: dict) -> str:
+    command = info.get("command") or []
+    lines = ["## Reproduce\n"]
+    if command:
+        lines.append(f"The exact command (paths are those of the machine that ran it):\n\n```bash\n"
+                     f"{shlex.join(str(c) for c in command)}\n```\n")
+    extra = {"seed": info.get("seed"), "git sha": info.get("git_sha"), "created": info.get("created"),
+             **(info.get("versions") or {})}
+    lines.append(_table({k: v for k, v in extra.items() if v is not None}, ("provenance", "value")))
+    return "\n".join(lines)

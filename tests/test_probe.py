@@ -1,0 +1,151 @@
+"""The knowledge probe every run gets (kinject.plugins.knowledge.probe, added by the knowledge library's hook): in
+every built-in strategy's plan, keyed without tools, one cached base-model stage shared by strategies, switched off by
+``knowledge_probe=false``, and shown by `kinject compare` / `kinject report`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import fake_distribution
+from helpers import run_kinject as kinject
+from test_kernel_contract import TOOLS, plans
+
+STRATEGIES = ("finetune", "kimera", "mop", "doktra", "stilt", "pretrain")
+SMALL = ["--set", "training.epochs=1", "--set", "training.batch_size=8"]
+
+
+@pytest.fixture(scope="module")
+def every_stage(tmp_path_factory, tiny_model):
+    from conftest import write_textcls
+
+    tmp = tmp_path_factory.mktemp("probe-plans")
+    return plans(tmp, write_textcls(tmp / "textcls"))
+
+
+def test_every_built_in_strategy_gets_the_probe_after_its_last_evaluate_stage(every_stage):
+    from kinject.api import EvaluateConfig
+
+    for name in STRATEGIES:
+        stages = [key.split("/", 1)[1] for key in every_stage if key.startswith(f"{name}/")]
+        assert stages[-2:] == ["probe-base", "probe"], name
+        probe = every_stage[f"{name}/probe"].stage
+        evaluates = [every_stage[f"{name}/{s}"].stage for s in stages
+                     if isinstance(every_stage[f"{name}/{s}"].stage.config, EvaluateConfig)]
+        assert probe.config.evaluate == evaluates[-1].config  # the model the run's last evaluate stage scores
+        assert probe.inputs == (evaluates[-1].config.model_stage, "probe-base"), name
+        assert probe.artifacts == ("probe.json",)
+    # MoP's fused model is loaded by its own evaluate config
+    assert type(every_stage["mop/probe"].stage.config.evaluate).__name__ == "FusedEvaluateConfig"
+    assert "kinject.plugins.mop.fusion" in every_stage["mop/probe"].record["code"]
+
+
+def test_the_probe_is_keyed_without_tools_and_the_base_stage_by_the_base_model_only(every_stage):
+    base_keys = {every_stage[f"{name}/probe-base"].key for name in STRATEGIES}
+    assert len(base_keys) == 1  # one cached stage for every strategy
+    base = every_stage["finetune/probe-base"].record
+    assert set(base["config"]) == {"model", "probe"} and base["inputs"] == {}
+    for name in STRATEGIES:
+        for stage in ("probe-base", "probe"):
+            code = every_stage[f"{name}/{stage}"].record["code"]
+            assert not [m for m in code if any(t in m for t in TOOLS)], (name, stage)
+            assert "kinject.plugins.knowledge.probe" in code and "kinject.tasks.hpo_terms" in code
+            assert "kinject.plugins.knowledge.hooks" not in code  # where the stages are planned: no part of them
+
+
+def test_knowledge_probe_false_leaves_it_out_and_a_run_without_evaluation_gets_none(tmp_path, textcls_dir,
+                                                                                     tiny_model):
+    from kinject.api import build_spec, prepare
+
+    spec = {"model": {"name": "tiny", "max_length": 32}, "task": {"name": "textcls", "path": str(textcls_dir)},
+            "cache_dir": str(tmp_path / "cache")}
+    assert [s.name for s in prepare(build_spec(spec)).stages] == ["finetune", "evaluate", "probe-base", "probe"]
+    off = prepare(build_spec({**spec, "knowledge_probe": False}))
+    assert [s.name for s in off.stages] == ["finetune", "evaluate"]
+    kg = tmp_path / "kg.tsv"
+    kg.write_text("gene\tcauses\tdisease\ndrug\ttreatment\tcancer\ncell\tcauses\tcancer\n")
+    search = prepare(build_spec({**spec, "strategy": {"name": "kimera", "until": "mask"},
+                                 "sources": [{"name": "triples", "path": str(kg)}]}))
+    assert "probe" not in [s.name for s in search.stages]  # no evaluate stage: nothing to probe
+
+
+def test_a_third_party_strategy_gets_the_probe_on_its_own_model_stage(tmp_path, textcls_dir, tiny_model,
+                                                                      monkeypatch):
+    root = fake_distribution(tmp_path / "site", "kinject-probed", """
+        [kinject.strategies]
+        mine = probed_strategy:Mine
+        """, {"probed_strategy": '''
+            """A third party's method: its own fine-tune and evaluate stage names."""
+            from kinject.api import Strategy, evaluate_stage, finetune_stage
+
+            class Mine(Strategy):
+                """Mine."""
+
+                def stages(self, run):
+                    return [finetune_stage(run, "mine-finetune"), evaluate_stage(run, "mine-finetune", name="mine-eval")]
+            '''})
+    monkeypatch.syspath_prepend(str(root))
+    from kinject.api import build_spec, prepare, registry
+
+    registry("strategies").refresh()
+    try:
+        run = prepare(build_spec({"model": {"name": "tiny", "max_length": 32}, "strategy": {"name": "mine"},
+                                  "task": {"name": "textcls", "path": str(textcls_dir)},
+                                  "cache_dir": str(tmp_path / "cache")}))
+    finally:
+        registry("strategies").refresh()
+    probe = run.stages[-1]
+    assert probe.name == "probe" and probe.inputs == ("mine-finetune", "probe-base")
+
+
+@pytest.fixture(scope="module")
+def probed_runs(tmp_path_factory, tiny_model):
+    """finetune and STILT on textcls (tiny model, one cache): two strategies, one base model."""
+    from conftest import write_textcls
+
+    tmp = tmp_path_factory.mktemp("probed")
+    data = write_textcls(tmp / "textcls")
+    common = ["--task", "textcls", "--model", "tiny", "--set", f"task.path={data}", "--set", "model.max_length=32",
+              *SMALL, "--cache-dir", str(tmp / "cache")]
+    assert kinject("run", "finetune", *common, "-o", str(tmp / "finetune")) == 0
+    assert kinject("run", "stilt", *common, "--set", f"strategy.intermediate=[{{name: textcls, path: {data}}}]",
+                   "-o", str(tmp / "stilt")) == 0
+    return tmp
+
+
+def _stages(run: Path) -> dict[str, dict]:
+    return {s["name"]: s for s in json.loads((run / "run.json").read_text())["stages"]}
+
+
+def test_runs_write_the_probe_and_share_the_base_model_s_score(probed_runs):
+    first, second = (json.loads((probed_runs / name / "probe.json").read_text()) for name in ("finetune", "stilt"))
+    for probe in (first, second):
+        assert probe["chance"] == 0.5 and set(probe["model"]) >= {"auroc", "accuracy"}
+        for measure in ("auroc", "accuracy"):
+            assert 0 <= probe["model"][measure] <= 1
+            assert probe["gain"][measure] == pytest.approx(probe["model"][measure] - probe["base"][measure])
+        assert probe["model"]["test_pairs"] == 400 and probe["model"]["train_pairs"] == 400
+    assert first["base"] == second["base"]  # the base model's score, the same for both strategies ...
+    a, b = _stages(probed_runs / "finetune"), _stages(probed_runs / "stilt")
+    assert a["probe-base"]["key"] == b["probe-base"]["key"] and b["probe-base"]["cached"]  # ... from one stage
+    assert a["probe"]["key"] != b["probe"]["key"]
+    metrics = json.loads((probed_runs / "finetune" / "metrics.json").read_text())
+    assert "test" in metrics  # the task's metrics stay the run's
+
+
+def test_compare_and_report_show_each_run_s_probe(probed_runs, tmp_path, capsys):
+    runs = [str(probed_runs / "finetune"), str(probed_runs / "stilt")]
+    capsys.readouterr()
+    assert kinject("compare", *runs, "--json") == 0
+    rows = json.loads(capsys.readouterr().out)["metrics"][0]["rows"]
+    probes = [json.loads((Path(r) / "probe.json").read_text()) for r in runs]
+    for row, probe in zip(rows, probes):
+        assert row["probe"]["model"] == pytest.approx(probe["model"]["auroc"])
+        assert row["probe"]["base"] == pytest.approx(probe["base"]["auroc"]) and row["probe"]["chance"] == 0.5
+    assert kinject("compare", *runs) == 0
+    assert "probe AUROC (base; gain)" in capsys.readouterr().out
+    assert kinject("report", *runs, "-o", str(tmp_path / "report")) == 0
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert "probe AUROC, base model" in page and f"{probes[0]['model']['auroc']:.4f}" in page

@@ -1,0 +1,202 @@
+"""The leaderboard of a grid: per task, every system (strategy label + varied values) against the baseline
+(``finetune`` unless the grid file says otherwise) on the task's primary metric, with the paired difference and
+its bootstrap interval exactly as ``kinject compare <baseline folder> <system folder>`` computes them, the wall
+time per cell and the trainable parameters. Written as ``leaderboard.md``, ``leaderboard.html`` (the report
+machinery) and ``leaderboard.json`` in the grid's output folder.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Any
+
+from kinject.api import KinjectError
+from kinject.plugins.evidence.compare import compare_runs, default_metric
+from kinject.plugins.evidence.grid import Cell, Grid
+from kinject.plugins.evidence.grid_state import CellState
+from kinject.plugins.evidence.render import Block, Heading, Para, TableBlock, to_html, to_markdown
+from kinject.plugins.evidence.runs import Run, RunSet
+
+__kinject_fingerprint__ = False  # reads finished runs; computes nothing a stage writes
+
+HEADERS = ["system", "strategy", "seeds", "{metric}", "Δ vs {baseline}", "{level} CI", "wall s / cell",
+           "trainable params"]
+
+
+def _systems(grid: Grid, cells: list[Cell], found: dict[str, CellState]) -> dict[str, dict[str, dict]]:
+    """task label -> system -> {cells, set (RunSet of its done cells), strategy, values}."""
+    out: dict[str, dict[str, dict]] = {}
+    for cell in cells:
+        entry = out.setdefault(cell.task, {}).setdefault(cell.system, {
+            "cells": [], "strategy": cell.strategy, "name": cell.data["strategy"]["name"], "values": cell.values,
+            "set": None})
+        entry["cells"].append(cell)
+        if found[cell.id].state == "done":
+            folder = cell.run_dir.parent
+            entry["set"] = entry["set"] or RunSet(str(folder), folder, {})
+            entry["set"].runs[cell.seed] = Run(cell.run_dir)
+    return out
+
+
+def _baseline(grid: Grid, systems: dict[str, dict], system: str) -> str | None:
+    """The baseline system a system is paired with: the baseline strategy's system whose varied values agree with
+    this system's on the fields both vary (e.g. the same learning rate); None when there is no single one."""
+    label = grid.file.baseline
+    found = [name for name, s in systems.items() if s["strategy"] == label and s["set"] is not None]
+    values = systems[system]["values"]
+    agree = [name for name in found if all(values.get(k, v) == v for k, v in systems[name]["values"].items())]
+    return agree[0] if len(agree) == 1 else None
+
+
+def _wall(entry: dict, found: dict[str, CellState]) -> float | None:
+    """Mean wall seconds of the system's done cells (the grid's record; else the run's stage seconds)."""
+    values = []
+    for cell in entry["cells"]:
+        state = found[cell.id]
+        if state.state != "done":
+            continue
+        seconds = state.record.get("seconds")
+        if not isinstance(seconds, (int, float)):
+            try:
+                stages = json.loads((cell.run_dir / "run.json").read_text()).get("stages") or []
+                seconds = sum(float(s.get("seconds", 0)) for s in stages)
+            except (OSError, ValueError):
+                continue
+        values.append(float(seconds))
+    return statistics.fmean(values) if values else None
+
+
+def _trainable(run_set: RunSet) -> int | None:
+    """Trainable parameters of the system's fine-tuning (metrics.json train.trainable_parameters), else None."""
+    value = (run_set.first.metrics.get("train") or {}).get("trainable_parameters")
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def _value(run_set: RunSet, split: str, metric: str) -> float | None:
+    values = [(r.metrics.get(split) or {}).get(metric) for r in run_set.runs.values()]
+    values = [float(v) for v in values if isinstance(v, (int, float))]
+    return statistics.fmean(values) if values else None
+
+
+def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str, CellState], split: str,
+               metric: str | None, n_resamples: int, seed: int) -> dict[str, Any]:
+    """One task's rows: each system with its value, and, against its baseline, ``kinject compare``'s pair row."""
+    done = {name: s for name, s in systems.items() if s["set"] is not None}
+    rows, warnings = [], []
+    if not done:
+        return {"task": task, "metric": metric, "rows": [], "warnings": [], "missing": sorted(systems)}
+    metric = metric or default_metric(next(iter(done.values()))["set"].first, split)
+    for name, entry in done.items():
+        run_set = entry["set"]
+        row = {"system": name, "strategy": entry["name"], "label": entry["strategy"], "values": entry["values"],
+               "seeds": sorted(run_set.runs), "folder": str(run_set.path), "value": _value(run_set, split, metric), "baseline": None,
+               "wall_seconds": _wall(entry, found), "trainable_parameters": _trainable(run_set)}
+        base = _baseline(grid, done, name)
+        if base is not None and base != name:
+            row["baseline"] = base
+            try:
+                result = compare_runs([done[base]["set"], run_set], split, [metric], n_resamples=n_resamples,
+                                      seed=seed)
+            except KinjectError as exc:
+                row["error"] = str(exc)
+            else:
+                pair = result["metrics"][0]["rows"][1]
+                row.update(value=pair["value"], difference=pair["difference"], ci_low=pair["ci_low"],
+                           ci_high=pair["ci_high"], paired_seeds=pair.get("paired_seeds"),
+                           seed_tests=pair.get("seed_tests"), examples=result["examples"],
+                           confidence=result["confidence"], baseline_value=result["metrics"][0]["rows"][0]["value"])
+                warnings += [w for w in result["warnings"] if w not in warnings]
+        elif base == name:
+            row["is_baseline"] = True
+        rows.append(row)
+    for row in rows:  # the baseline's value as compare recomputes it from predictions
+        paired = [r for r in rows if r.get("baseline") == row["system"] and "baseline_value" in r]
+        if row.get("is_baseline") and paired:
+            row["value"] = paired[0]["baseline_value"]
+    rows.sort(key=lambda r: (not r.get("is_baseline"), -(r["value"] if r["value"] is not None else float("-inf"))))
+    return {"task": task, "metric": metric, "split": split, "rows": rows, "warnings": warnings,
+            "missing": sorted(set(systems) - set(done))}
+
+
+def _cells_text(row: dict) -> list[str]:
+    seeds = str(len(row["seeds"])) + (f" ({len(row['paired_seeds'])} paired)" if row.get("paired_seeds") else "")
+    value = "-" if row["value"] is None else f"{row['value']:.4f}"
+    if row.get("is_baseline"):
+        diff, ci = "baseline", ""
+    elif "difference" in row:
+        diff, ci = f"{row['difference']:+.4f}", f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]"
+    else:
+        diff, ci = ("not compared", row["error"]) if "error" in row else ("-", "no baseline")
+    wall = "-" if row["wall_seconds"] is None else f"{row['wall_seconds']:.1f}"
+    params = "n/a" if row["trainable_parameters"] is None else f"{row['trainable_parameters']:,}"
+    return [row["system"], row["strategy"], seeds, value, diff, ci, wall, params]
+
+
+def board_table(board: dict[str, Any], baseline: str | None, confidence: float = 0.95) -> tuple[list[str], list]:
+    headers = [h.format(metric=board["metric"], baseline=baseline or "baseline", level=f"{confidence * 100:g}%")
+               for h in HEADERS]
+    return headers, [_cells_text(row) for row in board["rows"]]
+
+
+def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState], split: str | None = None,
+                      metric: str | None = None, n_resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Write ``leaderboard.md``, ``leaderboard.html`` and ``leaderboard.json`` into the grid's output folder."""
+    from kinject.api import __version__, atomic_write_text
+
+    split = split or grid.file.split
+    metric = metric or grid.file.metric
+    boards = [task_board(grid, task, systems, found, split, metric, n_resamples, seed)
+              for task, systems in _systems(grid, cells, found).items()]
+    tally = {s: sum(1 for c in cells if found[c.id].state == s) for s in ("done", "running", "failed", "pending")}
+    blocks: list[Block] = [
+        Heading(1, f"kinject grid {grid.name}: leaderboard"),
+        Para(f"Grid file {grid.path}, output {grid.output}; {len(cells)} cells ("
+             + ", ".join(f"{n} {s}" for s, n in tally.items()) + f"); split {split}; made "
+             f"{time.strftime('%Y-%m-%d %H:%M:%S %z')} by kinject {__version__}."),
+        Para(f"Each system against {grid.file.baseline or 'no baseline'} (the same varied values where both vary "
+             f"them), paired by seed and test example: the difference and its 95% paired bootstrap interval "
+             f"({n_resamples} resamples, seed {seed}) are those of `kinject compare BASELINE SYSTEM` on the two "
+             "folders. Wall s / cell: mean seconds per finished cell as run (cached stages cost nothing); trainable "
+             "params: of the task fine-tuning (metrics.json train.trainable_parameters; n/a when not recorded).")]
+    for board in boards:
+        blocks.append(Heading(2, board["task"]))
+        if not board["rows"]:
+            blocks.append(Para("No finished cell yet."))
+            continue
+        headers, rows = board_table(board, grid.file.baseline)
+        blocks += [Para(f"{board['metric']} on {split}" + (f" ({board['rows'][-1].get('examples')} examples)"
+                                                          if any("examples" in r for r in board["rows"]) else "")),
+                   TableBlock(headers, rows)]
+        if board["missing"]:
+            blocks.append(Para(f"No finished cell: {', '.join(board['missing'])}."))
+        blocks += [Para("Warning: " + w) for w in board["warnings"]]
+    unfinished = [[c.id, found[c.id].state, found[c.id].detail] for c in cells if found[c.id].state != "done"]
+    if unfinished:
+        blocks += [Heading(2, "Cells not finished"), TableBlock(["cell", "state", "detail"], unfinished)]
+    out = grid.output
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "leaderboard.md", to_markdown(blocks))
+    atomic_write_text(out / "leaderboard.html", to_html(blocks, f"kinject grid {grid.name}"))
+    atomic_write_text(out / "leaderboard.json", json.dumps({"grid": str(grid.path), "split": split,
+                                                            "baseline": grid.file.baseline, "tasks": boards},
+                                                           indent=2, default=str) + "\n")
+    return {"markdown": out / "leaderboard.md", "html": out / "leaderboard.html", "json": out / "leaderboard.json",
+            "boards": boards}
+
+
+def print_leaderboard(result: dict[str, Any], baseline: str | None, console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    for board in result["boards"]:
+        if not board["rows"]:
+            continue
+        headers, rows = board_table(board, baseline)
+        table = Table(title=f"{board['task']}: {board['metric']} on {board['split']}", title_justify="left")
+        for i, column in enumerate(headers):
+            table.add_column(escape(column), justify="left" if i < 2 else "right", overflow="fold")
+        for row in rows:
+            table.add_row(*map(escape, row))
+        console.print(table)

@@ -1,0 +1,261 @@
+"""Running a grid's cells: one cell (:func:`run_cell`, what every executor calls, in whatever process), the
+dry-run's plan, and the executors: ``debug`` in this process (a plain loop), ``local`` N worker processes (submitit's
+LocalExecutor), ``slurm`` one array job (submitit's AutoExecutor).
+
+A cell holds its lock (``<output>/_grid/status/.../seed-<s>.lock``, flock: released when its process dies) while it
+runs and writes its status file (running -> done | failed, with the error's line). A cell another process is
+running is skipped; a finished one is not run again. Stages shared by cells are computed once (the engine's lock
+per stage key): the second cell waits for the first, then finds the stage cached.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from kinject.api import KinjectError, SpecError
+from kinject.plugins.evidence.grid import Cell, Grid
+from kinject.plugins.evidence.grid_state import is_done, read_status, write_status
+
+__kinject_fingerprint__ = False  # orchestration: computes nothing a stage writes
+
+POLL_S = 0.5
+
+
+def payload(cell: Cell, threads: int | None = None) -> dict[str, Any]:
+    """What a worker needs to run ``cell`` (plain data: pickled to other processes and machines)."""
+    return {"id": cell.id, "task": cell.task, "strategy": cell.strategy, "system": cell.system, "seed": cell.seed,
+            "values": cell.values, "data": cell.data, "run_dir": str(cell.run_dir.absolute()),
+            "state_dir": str(cell.state_dir.absolute()), "threads": threads}
+
+
+def _cell(job: dict[str, Any]) -> Cell:
+    return Cell(job["task"], job["strategy"], job["system"], job["seed"], job["values"], job["data"],
+                Path(job["run_dir"]), Path(job["state_dir"]))
+
+
+def _error_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    if isinstance(exc, KinjectError):
+        return text[0] if text else type(exc).__name__
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _job_id() -> str | None:
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array and task:
+        return f"{array}_{task}"
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+
+
+def run_cell(job: dict[str, Any]) -> dict[str, Any]:
+    """Run one cell as ``kinject run --config <its spec> -o <its folder>`` would; never raises (the outcome is
+    returned and written to the cell's status file): ``{"id", "state": done|failed|running, ...}``."""
+    import traceback
+
+    import yaml
+    from filelock import FileLock, Timeout
+
+    threads = job.get("threads") if "OMP_NUM_THREADS" not in os.environ else None  # the user's setting wins
+    if threads:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    cell = _cell(job)
+    cell.lock_file.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(cell.lock_file), thread_local=False)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return {"id": cell.id, "state": "running", "detail": "another process is running it"}
+    try:
+        if is_done(cell):
+            return {"id": cell.id, "state": "done", "seconds": read_status(cell).get("seconds"), "skipped": True}
+        started, clock = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
+        write_status(cell, state="running", started=started, job=_job_id())
+        try:
+            from kinject import api
+            from kinject.api import atomic_write_text
+
+            if threads:
+                import torch
+
+                torch.set_num_threads(int(threads))
+            cell.run_dir.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(cell.spec_file, f"# kinject grid cell {cell.id}\n"
+                              + yaml.safe_dump(cell.data, sort_keys=False))
+            command = ["kinject", "run", cell.data["strategy"]["name"], "--config", str(cell.spec_file),
+                       "-o", str(cell.run_dir)]
+            run = api.prepare(api.build_spec({**cell.data, "output": str(cell.run_dir)}), resume=True,
+                              command=command)
+            api.execute(run, cell.run_dir)
+        except BaseException as exc:  # noqa: BLE001 - recorded for `kinject grid status`; Ctrl-C still stops
+            seconds = round(time.perf_counter() - clock, 3)
+            write_status(cell, state="failed", started=started, seconds=seconds, error=_error_line(exc),
+                         traceback=traceback.format_exc(), job=_job_id())
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return {"id": cell.id, "state": "failed", "error": _error_line(exc), "seconds": seconds}
+        seconds = round(time.perf_counter() - clock, 3)
+        write_status(cell, state="done", started=started, seconds=seconds, job=_job_id())
+        return {"id": cell.id, "state": "done", "seconds": seconds}
+    finally:
+        lock.release()
+
+
+# -- the dry run ------------------------------------------------------------------------------------- #
+def plan_cell(cell: Cell) -> tuple[int, int, list[str]]:
+    """(stages cached, stages, keys of the stages to compute) of a cell, as ``kinject run --dry-run`` plans it."""
+    from kinject import api
+
+    run = api.prepare(api.build_spec({**cell.data, "output": str(cell.run_dir)}))
+    runs = [member for _, member, _ in run.members if member is not None] or [run]
+    planned = [p for r in runs for p in api.plan(r)]
+    return sum(p.cached for p in planned), len(planned), [p.key for p in planned if not p.cached]
+
+
+# -- executors ---------------------------------------------------------------------------------------- #
+def _record(result: dict, cell: Cell, announce: Callable[[str], None]) -> dict:
+    state = result.get("state")
+    tail = f"({result['seconds']:.1f} s)" if isinstance(result.get("seconds"), (int, float)) else ""
+    if result.get("skipped"):
+        tail = "(already done)"
+    line = f"{cell.id}: {state} {tail}".rstrip()
+    if state == "failed":
+        line += f": {result.get('error', '?')}"
+    elif state == "running":
+        line += f" ({result.get('detail', '')}; skipped)"
+    announce(line)
+    return result
+
+
+def _gpus() -> list[str]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001 - no usable torch/CUDA: CPU workers
+        return []
+
+
+def run_debug(grid: Grid, cells: list[Cell], announce: Callable[[str], None]) -> list[dict]:
+    """Every cell in this process, one after another (for tests and debugging: a breakpoint in a stage stops)."""
+    results = []
+    for cell in cells:
+        announce(f"{cell.id}: running -> {cell.run_dir}")
+        results.append(_record(run_cell(payload(cell)), cell, announce))
+    return results
+
+
+def run_local(grid: Grid, cells: list[Cell], workers: int, announce: Callable[[str], None],
+              gpus_per_cell: int | None = None, timeout_min: int | None = None) -> list[dict]:
+    """Each cell in its own process (submitit's LocalExecutor), ``workers`` at a time; a worker slot owns a GPU
+    (round robin over the visible ones) when there are any, and an equal share of the CPU threads."""
+    import submitit
+
+    options = grid.file.local
+    gpus = _gpus()
+    per_cell = options.gpus_per_cell if gpus_per_cell is None else gpus_per_cell
+    per_cell = (1 if gpus else 0) if per_cell is None else per_cell
+    if per_cell and len(gpus) < per_cell:
+        raise SpecError(f"local.gpus_per_cell={per_cell}: {len(gpus)} GPU(s) visible")
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    executor = submitit.LocalExecutor(folder=str(grid.state_dir / "logs"))
+    executor.update_parameters(timeout_min=timeout_min or options.timeout_min)
+    queue, running, results = list(cells), {}, []
+    free = list(range(workers))
+    try:
+        while queue or running:
+            while queue and free:
+                slot, cell = free.pop(0), queue.pop(0)
+                if per_cell:
+                    first = (slot * per_cell) % len(gpus)
+                    chosen = [int(gpus[(first + i) % len(gpus)]) for i in range(per_cell)]
+                    executor.update_parameters(gpus_per_node=per_cell, visible_gpus=chosen)
+                write_status(cell, state="queued", executor="local")
+                job = executor.submit(run_cell, payload(cell, threads))
+                announce(f"{cell.id}: running in process {job.job_id}" + (f" (GPU {chosen})" if per_cell else ""))
+                running[job.job_id] = (job, cell, slot)
+            time.sleep(POLL_S)
+            for job_id, (job, cell, slot) in list(running.items()):
+                if not job.done():
+                    continue
+                del running[job_id]
+                free.append(slot)
+                try:
+                    result = job.result()
+                except Exception as exc:  # noqa: BLE001 - the worker died (killed, timeout): record it
+                    result = {"id": cell.id, "state": "failed", "error": f"worker process {job_id} ended: "
+                              + _error_line(exc).splitlines()[0][:300]}
+                    if read_status(cell).get("state") in ("running", "queued", None):
+                        write_status(cell, state="failed", error=result["error"])
+                results.append(_record(result, cell, announce))
+    except KeyboardInterrupt:
+        for job, cell, _ in running.values():
+            job.cancel(check=False)
+        raise
+    return results
+
+
+def _minutes(value: int | str | None) -> int | None:
+    """Slurm time (minutes, or [D-]HH:MM[:SS]) in minutes."""
+    if value is None or isinstance(value, int):
+        return value
+    text = str(value).strip()
+    days, _, clock = text.rpartition("-")
+    parts = [int(p) for p in clock.split(":")] if clock.replace(":", "").isdigit() else None
+    if not parts or len(parts) > 3 or (days and not days.isdigit()):
+        raise SpecError(f"slurm.time {value!r}: expected minutes or [D-]HH:MM[:SS]")
+    hours, minutes = (parts + [0])[:2] if len(parts) > 1 else (0, parts[0])
+    seconds = parts[2] if len(parts) == 3 else 0
+    return int(days or 0) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+
+
+def _gigabytes(value: int | float | str | None) -> float | None:
+    if value is None or isinstance(value, (int, float)):
+        return value
+    text = str(value).strip().upper().removesuffix("B")
+    scale = {"K": 1 / 1024 ** 2, "M": 1 / 1024, "G": 1, "T": 1024}.get(text[-1:], None)
+    try:
+        return float(text[:-1]) * scale if scale else float(text)
+    except ValueError:
+        raise SpecError(f"slurm.mem {value!r}: expected GB or e.g. 32G") from None
+
+
+def slurm_parameters(grid: Grid, overrides: dict[str, Any]) -> dict[str, Any]:
+    """submitit AutoExecutor parameters from the grid file's ``slurm:`` section, command-line values winning."""
+    options = grid.file.slurm.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    gres = options.gres or (f"gpu:{options.gpus}" if options.gpus else None)
+    params = {"name": f"kinject-grid-{grid.name}", "timeout_min": _minutes(options.time) or 60 * 24,
+              "cpus_per_task": options.cpus, "mem_gb": _gigabytes(options.mem), "slurm_partition": options.partition,
+              "slurm_gres": gres, "slurm_array_parallelism": options.parallelism, "slurm_account": options.account,
+              "slurm_qos": options.qos, "slurm_constraint": options.constraint,
+              "slurm_setup": list(options.setup) or None,
+              "slurm_additional_parameters": dict(options.additional) or None}
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def submit_slurm(grid: Grid, cells: list[Cell], overrides: dict[str, Any], announce: Callable[[str], None]
+                 ) -> dict[str, Any]:
+    """All ``cells`` as one Slurm array job (submitit); returns {job, script, cells}. Does not wait."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=str(grid.state_dir / "logs"), cluster="slurm")
+    params = slurm_parameters(grid, overrides)
+    threads = params.get("cpus_per_task")
+    executor.update_parameters(**params)
+    for cell in cells:  # before the array exists: a cell that starts at once overwrites it, never the reverse
+        write_status(cell, state="queued", executor="slurm")
+    jobs = executor.map_array(run_cell, [payload(cell, threads) for cell in cells])
+    for job, cell in zip(jobs, cells):
+        if read_status(cell).get("state") == "queued":
+            write_status(cell, state="queued", executor="slurm", job=job.job_id)
+    array = jobs[0].job_id.split("_")[0]
+    script = grid.state_dir / "logs" / f"{array}_submission.sh"
+    script = script if script.exists() else jobs[0].paths.submission_file
+    announce(f"submitted {len(cells)} cell(s) as Slurm array job {array} ({script}); follow it with "
+             f"kinject grid status {grid.path}")
+    return {"job": array, "script": str(script), "cells": len(cells)}

@@ -419,6 +419,7 @@ def _run_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, An
             if logging.getLogger().level > logging.INFO or logging.getLogger().level == logging.NOTSET:
                 logging.getLogger().setLevel(logging.INFO)
         hooks.kinject_run_start(spec=resolved, run_dir=shown)
+        started = time.perf_counter()
         records = []
         state: dict[str, Any] = {"metrics": {}, "comparison": None, "model": None, "exports": []}
         for planned, cached, seconds in run_stages(run):
@@ -428,6 +429,7 @@ def _run_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, An
         metrics = state["metrics"]
         if state["comparison"] is not None:
             metrics = {**metrics, "comparison": state["comparison"]}
+        state["wall_seconds"] = round(time.perf_counter() - started, 3)
         if folder is not None:
             _write_run_dir(folder, run, resolved, records, metrics, state)
             hooks.kinject_run_end(spec=resolved, run_dir=shown, metrics=metrics)
@@ -459,7 +461,7 @@ def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, me
     note = type(run.task).recommended_note if run.task is not None else ""
     info = {"spec": resolved, "command": run.command, "recommended": {"applied": run.recommended, "how": note},
             "protocol": {"name": run.spec.protocol, "applied": run.protocol},
-            "stages": records, "versions": _versions(),
+            "stages": records, "wall_seconds": state.get("wall_seconds"), "versions": _versions(),
             "git_sha": _git_sha(), "seed": run.spec.seed, "data": describe_data(run),
             "model_path": run.model_path, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (tmp / "run.json").write_text(json.dumps(info, indent=2, default=str))

@@ -32,7 +32,11 @@ class PretrainStrategy(Strategy):
     #: an uncased WordPiece vocabulary of 30,522 (the budget - 62,500 steps of 8,192 - is not ours to match)
     protocols: ClassVar[dict] = {"paper": {"strategy": {"mlm_learning_rate": 6e-4, "mlm_warmup_ratio": 0.1,
                                                         "mlm_probability": 0.15, "mask_unit": "whole_word",
-                                                        "vocab_size": 30522}}}
+                                                        "vocab_size": 30522}},
+                                 "quick": {"strategy": {"mlm_steps": 20, "head_steps": 10, "mlm_batch_size": 8,
+                                                        "head_batch_size": 8, "eval_max_texts": 64,
+                                                        "heldout_max_texts": 64, "vocab_size": 2000},
+                                           "training": {"max_steps": 30}}}  # kinject run --quick
 
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage; returns the corpus source, the task to hold out, the lengths

@@ -78,3 +78,22 @@ def test_tensorboard_gets_training_curves_and_kinject_s_metrics(tmp_path, textcl
     assert any(t.startswith("train/loss") for t in tags["finetune"])  # the Trainer's curve
     assert "kinject/eval/accuracy" in tags["finetune"]  # dev selection's scores
     assert "kinject/test/accuracy" in tags["evaluate"]  # the evaluate stage's metrics
+
+
+# -- a quick try ------------------------------------------------------------------------------------------------ #
+def test_every_built_in_strategy_has_a_quick_protocol():
+    from kinject.registry import registry
+
+    for name in ("finetune", "kimera", "mop", "doktra", "stilt", "pretrain"):
+        quick = registry("strategies").get(name).protocols.get("quick")
+        assert quick and (quick.get("training") or {}).get("max_steps"), name  # a bounded fine-tune at least
+
+
+def test_quick_applies_the_strategy_s_quick_protocol_and_a_task_limit(tmp_path, textcls_dir, tiny_model, capsys):
+    capsys.readouterr()
+    assert kinject("run", "mop", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
+                   "--quick", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "protocol: quick" in out and "limit: 64" in out
+    assert "partitions: 4" in out and "kg_max_triples: 2000" in out and "max_steps: 30" in out
+    assert "trains on: task textcls train split" in out

@@ -13,7 +13,7 @@ __kinject_facade__ = True
 from kinject import __version__
 
 # -- the interfaces a plugin implements ---------------------------------------------------------------- #
-from kinject.interfaces import (Component, Environment, Evaluator, Head, KnowledgeSource, MetricRef, PluginConfig,
+from kinject.interfaces import (RUN_METRICS_FILE, Component, Environment, Evaluator, Head, KnowledgeSource, MetricRef, PluginConfig,
                                 Stage, StageConfig, StageContext, Strategy, Task, TaskGroup, Triple)
 # -- what a stage config holds (its key) --------------------------------------------------------------- #
 from kinject.fingerprint import NOT_KEYED, stable_hash

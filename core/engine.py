@@ -26,7 +26,7 @@ from kinject import __version__
 from kinject.distributed import barrier, is_main_process, rank  # noqa: F401 (re-exported)
 from kinject.errors import KinjectError, SpecError
 from kinject.fingerprint import check_body
-from kinject.interfaces import Environment, KnowledgeSource, Stage, Strategy, Task, TaskGroup
+from kinject.interfaces import RUN_METRICS_FILE, Environment, KnowledgeSource, Stage, Strategy, Task, TaskGroup
 from kinject.planning import (CONTRACT, PlannedStage, explain_miss, plan, record_differences,  # noqa: F401
                               run_stage, run_stages, stage_record)
 from kinject.registry import registry
@@ -381,6 +381,8 @@ def _collect(folder: Path, stage: Stage, state: dict) -> None:
         state["metrics"] = json.loads((folder / "metrics.json").read_text())
     if (folder / "comparison.json").exists():
         state["comparison"] = json.loads((folder / "comparison.json").read_text())
+    if (folder / RUN_METRICS_FILE).exists():  # sections a stage adds to the run's metrics (e.g. the knowledge probe)
+        state["sections"].update(json.loads((folder / RUN_METRICS_FILE).read_text()))
     if stage.produces_model and (folder / "model").exists():
         state["model"] = folder / "model"
     state["exports"].extend(folder / name for name in stage.artifacts if (folder / name).exists())
@@ -421,12 +423,12 @@ def _run_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, An
         hooks.kinject_run_start(spec=resolved, run_dir=shown)
         started = time.perf_counter()
         records = []
-        state: dict[str, Any] = {"metrics": {}, "comparison": None, "model": None, "exports": []}
+        state: dict[str, Any] = {"metrics": {}, "comparison": None, "model": None, "exports": [], "sections": {}}
         for planned, cached, seconds in run_stages(run):
             records.append({"name": planned.stage.name, "key": planned.key, "cached": cached,
                             "seconds": round(seconds, 3), "dir": str(planned.folder)})
             _collect(planned.folder, planned.stage, state)
-        metrics = state["metrics"]
+        metrics = {**state["metrics"], **{k: v for k, v in state["sections"].items() if k not in state["metrics"]}}
         if state["comparison"] is not None:
             metrics = {**metrics, "comparison": state["comparison"]}
         state["wall_seconds"] = round(time.perf_counter() - started, 3)

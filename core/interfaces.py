@@ -130,6 +130,11 @@ class Environment:
     fold: tuple[int, int, int] | None = None  # cross-validation (i, k, seed): train/dev are folds of train
 
 
+#: A stage that writes this file (``{section: {name: number}}``) adds its sections to the run's metrics.json (e.g. the
+#: knowledge probe's ``probe``); numbers only, so ``--repeats`` summarises them over seeds like the task metrics.
+RUN_METRICS_FILE = "run-metrics.json"
+
+
 @dataclass(frozen=True)
 class Head:
     """The task-specific model on top of the encoder (BLURB section 5: a linear layer)."""

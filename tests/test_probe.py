@@ -149,3 +149,11 @@ def test_compare_and_report_show_each_run_s_probe(probed_runs, tmp_path, capsys)
     assert kinject("report", *runs, "-o", str(tmp_path / "report")) == 0
     page = (tmp_path / "report" / "report.md").read_text()
     assert "probe AUROC, base model" in page and f"{probes[0]['model']['auroc']:.4f}" in page
+
+
+def test_the_probe_is_a_section_of_the_run_s_metrics(probed_runs):
+    probe = json.loads((probed_runs / "finetune" / "probe.json").read_text())
+    section = json.loads((probed_runs / "finetune" / "metrics.json").read_text())["probe"]
+    assert section["auroc"] == probe["model"]["auroc"] and section["base_auroc"] == probe["base"]["auroc"]
+    assert section["gain_auroc"] == pytest.approx(probe["model"]["auroc"] - probe["base"]["auroc"])
+    assert section["chance"] == 0.5

@@ -78,13 +78,17 @@ class Run:
 
     @cached_property
     def probe(self) -> dict | None:
-        """The run's knowledge probe (metrics.json ``probe``, else the run folder's probe.json: ``{model, base,
-        chance, gain}``); None for a run without one."""
-        found = self.metrics.get("probe")
-        if isinstance(found, dict):
-            return found
+        """The run's knowledge probe as ``{model, base, chance, gain}`` (the run folder's probe.json, else
+        metrics.json's ``probe`` section: ``auroc``, ``base_auroc``, ``gain_auroc``, ...); None for a run without one."""
         path = self.path / "probe.json"
-        return _read_json(path) if path.is_file() else None
+        if path.is_file():
+            return _read_json(path)
+        found = self.metrics.get("probe")
+        if not isinstance(found, dict):
+            return None
+        measures = [k for k in found if f"base_{k}" in found and isinstance(found[k], (int, float))]
+        return {"model": {k: found[k] for k in measures}, "base": {k: found[f"base_{k}"] for k in measures},
+                "gain": {k: found.get(f"gain_{k}") for k in measures}, "chance": found.get("chance", 0.5)}
 
     @cached_property
     def labels(self) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import Field, SerializeAsAny
 
-from kinject.api import NOT_KEYED, EvaluateConfig, ModelRef, StageConfig, StageContext, is_main_process
+from kinject.api import NOT_KEYED, RUN_METRICS_FILE, EvaluateConfig, ModelRef, StageConfig, StageContext, is_main_process
 
 PROBE_FILE = "probe.json"
 CHANCE = 0.5  # balanced yes/no pairs
@@ -159,3 +159,8 @@ def probe_body(cfg: ProbeConfig, ctx: StageContext) -> None:
                         "probe": "logistic regression on [u, v, |u-v|, u*v] of frozen mean-pooled states"}}
     if is_main_process():
         (ctx.out / PROBE_FILE).write_text(json.dumps(result, indent=2))
+        # the run's metrics.json gets a "probe" section (numbers only, so --repeats summarises it over seeds)
+        section = {"auroc": scores["auroc"], "accuracy": scores["accuracy"], "base_auroc": base["auroc"],
+                   "base_accuracy": base["accuracy"], "gain_auroc": result["gain"]["auroc"],
+                   "gain_accuracy": result["gain"]["accuracy"], "chance": CHANCE}
+        (ctx.out / RUN_METRICS_FILE).write_text(json.dumps({"probe": section}, indent=2))

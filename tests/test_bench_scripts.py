@@ -1,0 +1,39 @@
+"""Smoke test of the benchmark scripts: benchmarks/bench_mfu.py on the tiny model, on the CPU, a few steps."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETUPS = ("finetune kinject", "finetune bare", "finetune bare + clip", "plain HF Trainer",
+          "kimera retrain kinject", "kimera retrain bare", "mop adapter kinject", "mop adapter bare",
+          "doktra distill kinject", "doktra distill bare", "mlm kinject", "mlm bare")
+
+
+def test_bench_mfu_tiny_cpu(tmp_path):
+    out = tmp_path / "mfu.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
+           "KINJECT_PROGRESS": "0"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_mfu.py"), "--device", "cpu",
+                           "--model", "tiny", "--batch", "8", "--length", "32", "--steps", "2", "--warmup", "1",
+                           "--rounds", "1", "--peak-size", "256", "--peak-block-s", "0.02", "--json", str(out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("| 8 |")]
+    rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[1:-1]] for line in lines}
+    assert set(SETUPS) <= set(rows), sorted(rows)
+    for name, cells in rows.items():
+        mfu_bf16, mfu_fp32 = float(cells[5]), float(cells[6])
+        for mfu in (mfu_bf16, mfu_fp32):
+            assert math.isfinite(mfu) and 0 < mfu < 1.5, (name, cells)
+        assert float(cells[3].replace(",", "")) > 0  # tokens/s
+    data = json.loads(out.read_text())
+    assert {r["setup"] for r in data["rows"]} == set(rows)
+    assert all(0 < r["mfu_bf16"] < 1.5 and 0 < r["mfu_fp32"] < 1.5 for r in data["rows"])
+    assert all(r["vs_plain"] is not None for r in data["rows"] if r["setup"].startswith(("finetune", "plain")))

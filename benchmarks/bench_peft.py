@@ -7,7 +7,7 @@ for LoRA/IA3 (the head trained in full), and times ``--steps`` AdamW steps on ra
 ``--batch`` x ``--length`` after ``--warmup`` steps. Settings alternate over ``--rounds`` so they share the
 machine's noise; ratios are taken within a round.
 
-Usage: .venv/bin/python benchmarks/bench_peft.py [--models tiny minilm] [--device cpu|cuda] [--rounds 2]
+Usage: .venv/bin/python benchmarks/bench_peft.py [--models tiny minilm bert-base] [--device cpu|cuda] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -32,14 +32,16 @@ def one(model_name: str, method: str, args) -> dict:
 
     import torch
 
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_mfu import encoder_dir
+
     from kinject.interfaces import Head
-    from kinject.models import build_tiny, minilm_path
     from kinject.peft_tuning import add_peft
     from kinject.spec import PeftSpec
     from kinject.stages import build_task_model
 
     torch.manual_seed(0)
-    path = minilm_path() if model_name == "minilm" else build_tiny(Path(tempfile.mkdtemp()) / "tiny")
+    path = encoder_dir(model_name, Path(tempfile.mkdtemp()))  # tiny, minilm or bert-base (random, from a config)
     head = Head(kind="sequence", num_labels=2)
     model = build_task_model(path, head, seed=0)
     if method != "full":

@@ -111,6 +111,12 @@ def test_stage_plans(tmp_path, tiny_model, textcls_dir):
     reseeded = {p.stage.name: p.key for p in plan(prepare(spec(tmp_path, corpus, task, mlm_seed=1)))}
     assert reseeded["pretrain-head"] == continual["pretrain-head"]
     assert reseeded["pretrain-mlm"] != continual["pretrain-mlm"]
+    # ... and runs that differ only in their seed (--repeats) share every pretraining stage: the task's held-out
+    # text does not depend on the seed, so the corpus is keyed without it; only the fine-tune differs
+    seeded = {p.stage.name: p.key for p in plan(prepare({**spec(tmp_path, corpus, task), "seed": 43}))}
+    for name in ("pretrain-corpus", "pretrain-pack", "pretrain-head", "pretrain-mlm", "pretrain-evaluate"):
+        assert seeded[name] == continual[name], name
+    assert seeded["pretrain-finetune"] != continual["pretrain-finetune"]
     assert stages["pretrain-finetune"].config.init_from == "pretrain-mlm"
     exclude = stages["pretrain-corpus"].config.exclude
     assert [ref.name for ref in exclude] == ["textcls"] and exclude[0].limit is None

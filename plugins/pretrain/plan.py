@@ -59,9 +59,20 @@ def excluded_tasks(run, source: SourceRef) -> tuple[TaskRef, ...]:
         return ()
     full = dataclasses.replace(run.env, limit=None)
     corpus = source.build()
-    mine = HeldOutText()
-    mine.add_task(registry("tasks").get(run.task.name)(run.task.config), full, tuple(corpus.config.splits))
-    return () if mine.keys <= corpus.held_out(full).keys else (TaskRef(**TaskRef.of(run.task, full).model_dump()),)
+    splits = tuple(corpus.config.splits)
+
+    def held_out(env) -> HeldOutText:
+        texts = HeldOutText()
+        texts.add_task(registry("tasks").get(run.task.name)(run.task.config), env, splits)
+        return texts
+
+    mine = held_out(full)
+    if mine.keys <= corpus.held_out(full).keys:
+        return ()
+    unseeded = dataclasses.replace(full, seed=0)
+    if full.seed != 0 and held_out(unseeded).keys == mine.keys:
+        full = unseeded  # the held-out text does not depend on the run seed: --repeats share the pretraining
+    return (TaskRef(**TaskRef.of(run.task, full).model_dump()),)
 
 
 def base_config(run):

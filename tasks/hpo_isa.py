@@ -17,10 +17,10 @@ from pydantic import Field
 
 from kinject.api import Environment
 from kinject.tasks.hpo_terms import hpo_data_dir, isa_graph, isa_splits
-from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
+from kinject.tasks.sequence import PairTaskConfig, SequenceClassificationTask
 
 
-class HpoIsaConfig(SequenceTaskConfig):
+class HpoIsaConfig(PairTaskConfig):
     train_pairs: int = Field(200, ge=2, description="Training pairs (half yes, half no; one of each per child term).")
     dev_pairs: int = Field(500, ge=2, description="Dev pairs.")
     test_pairs: int = Field(1000, ge=2, description="Test pairs (drawn first: they stay when the other sizes change).")

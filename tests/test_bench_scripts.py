@@ -37,3 +37,17 @@ def test_bench_mfu_tiny_cpu(tmp_path):
     assert {r["setup"] for r in data["rows"]} == set(rows)
     assert all(0 < r["mfu_bf16"] < 1.5 and 0 < r["mfu_fp32"] < 1.5 for r in data["rows"])
     assert all(r["vs_plain"] is not None for r in data["rows"] if r["setup"].startswith(("finetune", "plain")))
+
+
+def test_bench_peft_tiny_cpu(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_peft.py"), "--models", "tiny",
+                           "--batch", "2", "--length", "16", "--steps", "1", "--warmup", "1", "--rounds", "1"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {cells[1]: cells for cells in ([c.strip() for c in line.split("|")[1:-1]]
+                                          for line in proc.stdout.splitlines() if line.startswith("| tiny |"))}
+    assert set(rows) == {"full", "lora", "ia3"}
+    trainable = {method: int(cells[2].split()[0].replace(",", "")) for method, cells in rows.items()}
+    assert trainable["ia3"] < trainable["lora"] < trainable["full"]  # peft trains a small share, the head included
+    assert rows["full"][4] == "1.00x" and all(float(cells[3]) > 0 for cells in rows.values())

@@ -38,6 +38,7 @@ from kinject.files import FilesystemError, atomic_directory, atomic_file, atomic
 # -- processes, plugins, hooks ----------------------------------------------------------------------- #
 from kinject.distributed import barrier, is_main_process, rank, world_size
 from kinject.registry import registry
+from kinject.cache import lock_held, make_lock  # cross-process locks of the cache's kind (flock or lease)
 from kinject.hooks import hookimpl, plugin_manager
 from kinject.results import summarize_seeds
 # -- running specs (tools such as the STILT matrix or a grid) -------------------------------------------- #

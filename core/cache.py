@@ -101,6 +101,27 @@ def _make_lock(path: Path):
     return FileLock(str(path), thread_local=False)
 
 
+def make_lock(path: Path):
+    """A cross-process lock file at ``path`` of the kind the stage cache uses (flock, or ``KINJECT_LOCK=lease``
+    for filesystems without working flock): for tools that lock their own work (e.g. a grid's cells)."""
+    return _make_lock(Path(path))
+
+
+def lock_held(path: Path) -> bool:
+    """Whether some process holds the lock file ``path`` (a :func:`make_lock` lock) right now."""
+    from filelock import Timeout
+
+    if not Path(path).exists():
+        return False
+    lock = _make_lock(Path(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    lock.release()
+    return False
+
+
 def is_locked(folder: Path) -> bool:
     """Whether some process holds the lock of the stage at ``folder`` right now."""
     from filelock import Timeout

@@ -29,3 +29,12 @@ def fake_distribution(root: Path, name: str, entry_points: str, modules: dict[st
 
 
 PROBE_STAGES = ("probe-base", "probe")  # the knowledge probe's stages, which every run with a task gets
+
+
+def one_line_error(capsys, args) -> str:
+    """Run kinject with ``args``, expect exit 2 and exactly one "error:" line on stderr; return it."""
+    capsys.readouterr()
+    assert run_kinject(*args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:"), err
+    return err[0]

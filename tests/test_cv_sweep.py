@@ -9,7 +9,7 @@ import optuna
 import pytest
 import yaml
 
-from helpers import run_kinject as kinject
+from helpers import one_line_error, run_kinject as kinject
 
 STUDY = "kinject-finetune-textcls"
 
@@ -18,14 +18,6 @@ def sweep_args(data, out, space, trials: int, *extra: str) -> list[str]:
     return ["sweep", "finetune", "--task", "textcls", "--model", "tiny", "--space", str(space), "--trials",
             str(trials), "-o", str(out), "--set", f"task.path={data}", "--set", "training.max_steps=2",
             "--set", "training.batch_size=8", *extra]
-
-
-def one_line_error(capsys, args) -> str:
-    capsys.readouterr()
-    assert kinject(*args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error:"), err
-    return err[0]
 
 
 @pytest.fixture

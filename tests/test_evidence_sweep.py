@@ -7,7 +7,7 @@ import json
 import optuna
 import pytest
 
-from helpers import run_kinject as kinject
+from helpers import one_line_error, run_kinject as kinject
 
 STUDY = "kinject-finetune-textcls"
 
@@ -16,14 +16,6 @@ def sweep_args(data, out, space, trials: int, *extra: str) -> list[str]:
     return ["sweep", "finetune", "--task", "textcls", "--model", "tiny", "--space", str(space), "--trials",
             str(trials), "-o", str(out), "--set", f"task.path={data}", "--set", "training.max_steps=4",
             "--set", "training.batch_size=8", "--no-folds", *extra]  # 48 train examples: CV is tests/test_cv_sweep.py
-
-
-def one_line_error(capsys, args) -> str:
-    capsys.readouterr()
-    assert kinject(*args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error:"), err
-    return err[0]
 
 
 @pytest.mark.parametrize("space, needles", [

@@ -56,14 +56,16 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
     import traceback
 
     import yaml
-    from filelock import FileLock, Timeout
+    from filelock import Timeout
+
+    from kinject.api import make_lock
 
     threads = job.get("threads") if "OMP_NUM_THREADS" not in os.environ else None  # the user's setting wins
     if threads:
         os.environ["OMP_NUM_THREADS"] = str(threads)
     cell = _cell(job)
     cell.lock_file.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(cell.lock_file), thread_local=False)
+    lock = make_lock(cell.lock_file)  # the cache's kind: flock, or KINJECT_LOCK=lease
     try:
         lock.acquire(timeout=0)
     except Timeout:

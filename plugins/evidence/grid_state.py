@@ -40,17 +40,9 @@ def write_status(cell: Cell, **record: Any) -> None:
 
 def is_locked(cell: Cell) -> bool:
     """Whether a process is running the cell now (it holds the cell's lock; released when it dies)."""
-    from filelock import FileLock, Timeout
+    from kinject.api import lock_held
 
-    if not cell.lock_file.exists():
-        return False
-    lock = FileLock(str(cell.lock_file), thread_local=False)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return True
-    lock.release()
-    return False
+    return lock_held(cell.lock_file)
 
 
 def _spec_beside(cell: Cell) -> dict | None:

@@ -27,7 +27,7 @@ from kinject.errors import (DataError, DataMissingError, KinjectError, PluginLoa
 from kinject.stages import (EvaluateConfig, FinetuneConfig, MeanPooler, build_task_model, evaluate_body, evaluate_model,
                             evaluate_stage, finetune_body, finetune_stage, load_task_model, plain, save_model,
                             write_predictions)
-from kinject.training import (EpochCallback, HookCallback, PaddingCounter, dev_scorer, last_checkpoint,
+from kinject.training import (EpochCallback, HookCallback, PaddingCounter, dev_scorer, float32_head, last_checkpoint,
                               length_grouped_batches, predict, quiet_progress, train, training_arguments,
                               useful_token_fraction)
 from kinject.models import keep_layers, load_encoder, load_tokenizer, masked_mean, offline, resolve_model

@@ -291,7 +291,7 @@ def describe_training(run: RunContext) -> list[str]:
     def sources(value):
         if isinstance(value, SourceRef):
             yield value
-        elif hasattr(value, "model_fields"):
+        elif hasattr(type(value), "model_fields"):
             for name in type(value).model_fields:
                 yield from sources(getattr(value, name))
         elif isinstance(value, (list, tuple)):

@@ -181,9 +181,25 @@ def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path
         run.hooks().kinject_stage_start(stage=stage.name, key=key, cached=done)
         if not done:
             _compute(run, planned, stage_dirs, alone, start)
+    if not done:
+        release_memory()
     seconds = time.perf_counter() - start
     run.hooks().kinject_stage_end(stage=stage.name, key=key, cached=done, seconds=seconds)
     return done, seconds
+
+
+def release_memory() -> None:
+    """Give the memory a finished stage freed back to the system: its models, optimizer state and batches are garbage
+    once its body returns, but glibc's allocator keeps the pages, so without this a run's peak RSS grows stage by
+    stage (the headline: 4.2 GB instead of 2.9)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)  # glibc; elsewhere there is nothing to call
+    except (OSError, AttributeError):
+        pass
 
 
 def _intact(folder: Path, name: str, discard_damaged: bool) -> bool:

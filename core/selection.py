@@ -53,6 +53,8 @@ class DevSelection:
                 from safetensors.torch import save_file
 
                 state.update(best=value, best_step=step, bad=0)
+                if hasattr(scorer, "keep_best"):  # its logits are the selected model's, unless a later score wins
+                    scorer.keep_best()
                 tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
                 save_file(_unshared(tensors), str(best_file(step)))
             else:

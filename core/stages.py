@@ -239,6 +239,48 @@ def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
     if is_main_process():
         cfg.save_model(model, tokenizer, ctx.out / "model", ctx)
         (ctx.out / "train.json").write_text(json.dumps({**stats, **cfg.extra_stats()}, indent=2))
+        if scorer is not None and "selection" in stats and _saves_what_it_trains(cfg):
+            if scorer.best_logits is None:  # resumed after the best step: score the restored best model once
+                scorer(model)
+                scorer.keep_best()
+            save_scored(ctx.out, scorer.split, scorer.best_logits, cfg.task, cfg.model.max_length, cfg.training.bf16,
+                        cfg.model.attn_implementation)
+
+
+def _saves_what_it_trains(cfg: FinetuneConfig) -> bool:
+    """Whether ``model/`` holds exactly the model trained in memory (no peft merge, no subclass's own saving or
+    model transform), so that the dev logits of the selected model are the saved model's."""
+    kind = type(cfg)
+    return (cfg.training.peft is None and kind.save_model is FinetuneConfig.save_model
+            and kind.prepare_model is FinetuneConfig.prepare_model)
+
+
+# The dev logits of the model dev selection kept (scored while training), so the evaluation does not score them
+# again: <stage>/scored/<split>.npy + scored/settings.json (what they were computed with).
+SCORED = "scored"
+
+
+def save_scored(out: Path, split: str, logits: np.ndarray, task: TaskRef, max_length: int, bf16: bool | None,
+                attn_implementation: str) -> None:
+    folder = out / SCORED
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / f"{split}.npy", np.asarray(logits, dtype=np.float32), allow_pickle=False)
+    settings = {"task": task.model_dump(mode="json"), "max_length": max_length, "bf16": bool(bf16),
+                "attn_implementation": attn_implementation}
+    (folder / "settings.json").write_text(json.dumps(settings, sort_keys=True, default=str))
+
+
+def load_scored(model_stage: Path, cfg: "EvaluateConfig") -> dict[str, np.ndarray]:
+    """The logits a model stage saved for splits this evaluation scores, when they were computed as it would compute
+    them (same task and data, length, precision and attention; the model loaded as saved); else {}."""
+    folder = Path(model_stage) / SCORED
+    if type(cfg).load_model is not EvaluateConfig.load_model or not (folder / "settings.json").exists():
+        return {}
+    wanted = {"task": cfg.task.model_dump(mode="json"), "max_length": cfg.max_length, "bf16": bool(cfg.bf16),
+              "attn_implementation": cfg.attn_implementation}
+    if json.loads((folder / "settings.json").read_text()) != json.loads(json.dumps(wanted, default=str)):
+        return {}
+    return {path.stem: np.load(path, allow_pickle=False) for path in folder.glob("*.npy")}
 
 
 def finetune_stage(run, name: str = "finetune", init_from: str | None = None, task: Task | None = None,
@@ -254,10 +296,11 @@ def finetune_stage(run, name: str = "finetune", init_from: str | None = None, ta
 # -- evaluation ------------------------------------------------------------------------------------- #
 def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: int, max_length: int, work: Path,
                    splits: tuple[str, ...] | None = None, attn_implementation: str = "sdpa", bf16: bool = False,
-                   load: Callable[[Path, Head], Any] | None = None
+                   load: Callable[[Path, Head], Any] | None = None, scored: dict[str, np.ndarray] | None = None
                    ) -> tuple[dict[str, dict[str, float]], dict[str, list[dict]]]:
     """Score a saved task model on a task's evaluation splits: (metrics, per-example predictions) per split.
-    ``load(model_dir, head)`` loads the model (default :func:`load_task_model`)."""
+    ``load(model_dir, head)`` loads the model (default :func:`load_task_model`); ``scored``: the logits of splits
+    already computed with this model (not predicted again)."""
     from kinject.errors import KinjectError
     from kinject.models import load_tokenizer
     from kinject.training import predict
@@ -273,7 +316,11 @@ def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: in
     for split in splits or task.eval_splits:
         examples = task.examples(split, env)
         features = task.featurize(tokenizer, examples, max_length, env)
-        logits = predict(model, features, task.collator(tokenizer), batch_size, work, bf16=bf16)
+        logits = (scored or {}).get(split)
+        if logits is None or len(logits) != len(features):
+            logits = predict(model, features, task.collator(tokenizer), batch_size, work, bf16=bf16)
+        else:
+            log.info("%s %s: the logits scored while training (dev selection's model)", task.name, split)
         if len(logits) != len(features):  # e.g. a distributed sampler padding or dropping examples
             raise RuntimeError(f"{task.name} {split}: {len(logits)} predictions for {len(features)} examples")
         metrics[split] = plain(task.score(split, examples, features, logits, env))
@@ -314,7 +361,8 @@ def evaluate_body(cfg: EvaluateConfig, ctx: StageContext) -> None:
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     metrics, records = evaluate_model(ctx.inputs[cfg.model_stage] / "model", task, env, cfg.batch_size,
                                       cfg.max_length, ctx.work, tuple(cfg.splits) if cfg.splits else None,
-                                      cfg.attn_implementation, cfg.bf16, cfg.load_model)
+                                      cfg.attn_implementation, cfg.bf16, cfg.load_model,
+                                      load_scored(ctx.inputs[cfg.model_stage], cfg))
     train_stats = ctx.inputs[cfg.model_stage] / "train.json"
     if train_stats.exists():
         metrics["train"] = json.loads(train_stats.read_text())

@@ -390,19 +390,33 @@ def predict_here(model, features: list[dict], collator: Callable, batch_size: in
     return _unsort(np.concatenate(chunks), order)
 
 
-def dev_scorer(task, env, tokenizer, max_length: int, training: TrainingSpec) -> Callable:
+class DevScorer:
     """``scorer(model) -> metrics`` on the task's dev split (its first evaluation split when it has none named dev;
-    for ``training.eval_steps`` and ``training.selection``)."""
-    split = "dev" if "dev" in task.eval_splits else task.eval_splits[0]
-    examples = task.examples(split, env)
-    features = task.featurize(tokenizer, examples, max_length, env)
-    collator = task.collator(tokenizer)
+    for ``training.eval_steps`` and ``training.selection``). ``last_logits`` are the logits of the latest call;
+    :meth:`keep_best` marks them as the selected model's (``best_logits``), so the evaluation after training need
+    not score dev again."""
 
-    def score(model) -> dict[str, float]:
-        return task.score(split, examples, features, predict_here(model, features, collator,
-                                                                  training.eval_batch_size, bool(training.bf16)), env)
+    def __init__(self, task, env, tokenizer, max_length: int, training: TrainingSpec):
+        self.task, self.env, self.training = task, env, training
+        self.split = "dev" if "dev" in task.eval_splits else task.eval_splits[0]
+        self.examples = task.examples(self.split, env)
+        self.features = task.featurize(tokenizer, self.examples, max_length, env)
+        self.collator = task.collator(tokenizer)
+        self.last_logits: np.ndarray | None = None
+        self.best_logits: np.ndarray | None = None
 
-    return score
+    def __call__(self, model) -> dict[str, float]:
+        self.last_logits = predict_here(model, self.features, self.collator, self.training.eval_batch_size,
+                                        bool(self.training.bf16))
+        return self.task.score(self.split, self.examples, self.features, self.last_logits, self.env)
+
+    def keep_best(self) -> None:
+        self.best_logits = self.last_logits
+
+
+def dev_scorer(task, env, tokenizer, max_length: int, training: TrainingSpec) -> DevScorer:
+    """The :class:`DevScorer` of ``task``'s dev split."""
+    return DevScorer(task, env, tokenizer, max_length, training)
 
 
 def _reset_precision(bf16: bool) -> None:

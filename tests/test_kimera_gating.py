@@ -262,3 +262,23 @@ def test_metric_only_batches_join_the_metric_but_not_the_importance():
     np.testing.assert_allclose(seen[0][4:], expected_rest, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(search.first_importance, normalize_importance(raw))  # importance: first batch only
     assert len(seen) == 2 and not np.allclose(seen[1][4:], expected_rest, rtol=0, atol=1e-6)  # round 1: gated
+
+
+def test_importance_under_bf16_autocast_ranks_the_heads_as_float32_does():
+    """The mask search runs under bf16 autocast where the run trains in bf16 (ScoringConfig.bf16): importance and
+    logits stay close to float32's, the logits come back in float32 (the head runs in float32), and the heads keep
+    their order, so the masks do not change (the headline's: the same 19 heads; docs/benchmarks.md)."""
+    model = tiny_bert(labels=3, layers=3, heads=4)
+    g = torch.Generator().manual_seed(5)
+    batches = [{**inputs(8, 12, seed=s), "labels": torch.randint(0, 3, (8,), generator=g)} for s in range(4)]
+    raw32, logits32 = score_heads(model, batches, "single_label_classification")
+    raw16, logits16 = score_heads(model, batches, "single_label_classification", bf16=True)
+    assert logits16.dtype == np.float32 and not np.array_equal(logits16, logits32)  # it did run in bf16 ...
+    np.testing.assert_allclose(logits16, logits32, atol=0.05)  # ... close to float32
+    torch.testing.assert_close(raw16, raw32, rtol=0.05, atol=1e-3)
+    rank32, rank16 = raw32.flatten().argsort().argsort().float(), raw16.flatten().argsort().argsort().float()
+    assert torch.corrcoef(torch.stack([rank32, rank16]))[0, 1] > 0.95
+    hard32 = search_mask(model, batches, "single_label_classification", lambda _: 1.0, rho=0.25, tau=0.5, max_rounds=2)
+    hard16 = search_mask(model, batches, "single_label_classification", lambda _: 1.0, rho=0.25, tau=0.5, max_rounds=2,
+                         bf16=True)
+    assert torch.equal(hard32.mask, hard16.mask)

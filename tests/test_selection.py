@@ -144,3 +144,53 @@ def test_the_paper_protocol_fills_what_the_run_does_not_set(tmp_path, textcls_di
                    "--set", "protocol=tutorial", "--dry-run") == 2
     err = capsys.readouterr().err
     assert "protocol: strategy 'finetune' has no 'tutorial' protocol (has: kinject, paper, quick)" in err
+
+
+def test_the_evaluation_reuses_the_selected_model_s_dev_logits_and_they_equal_a_fresh_prediction(
+        tmp_path, textcls_dir, tiny_model):
+    """Dev selection already scored the model it keeps; its evaluation reads those logits instead of scoring dev a
+    second time, and they are what predicting with the saved model gives."""
+    import numpy as np
+
+    from kinject.api import evaluate_model
+    from kinject.stages import load_scored
+
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    assert kinject("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
+                   "--set", "training.epochs=2", "--set", "training.batch_size=8", "--cache-dir", str(cache),
+                   "-o", str(out)) == 0
+    finetune = next((cache / "stages" / "finetune").glob("*/stage.json")).parent
+    evaluate = next((cache / "stages" / "evaluate").glob("*/stage.json"))
+    from kinject.stages import EvaluateConfig
+
+    cfg = EvaluateConfig.model_validate(json.loads(evaluate.read_text())["config"])
+    scored = load_scored(finetune, cfg)
+    assert set(scored) == {"dev"}
+    task = cfg.task.build()
+    env = cfg.task.environment(type("Ctx", (), {"cache_dir": cache, "offline": True})())
+    fresh, _ = evaluate_model(finetune / "model", task, env, 16, cfg.max_length, tmp_path / "w", ("dev",),
+                              bf16=cfg.bf16)
+    recorded = json.loads((out / "metrics.json").read_text())["dev"]
+    assert recorded == pytest.approx(fresh["dev"], abs=1e-6)
+    assert np.isfinite(scored["dev"]).all()
+    # evaluated with other settings than the fine-tune scored with: predicted again
+    assert load_scored(finetune, cfg.model_copy(update={"max_length": cfg.max_length // 2})) == {}
+
+
+def test_a_fine_tune_that_saves_another_model_than_it_trained_leaves_no_dev_logits(tmp_path, textcls_dir, tiny_model):
+    """A subclass whose model/ is not the model in memory (its own save_model, a model transform, peft merged) must
+    be scored from what it saved."""
+    from kinject.api import FinetuneConfig
+    from kinject.stages import _saves_what_it_trains
+
+    class Saving(FinetuneConfig):
+        def save_model(self, model, tokenizer, folder, ctx):
+            super().save_model(model, tokenizer, folder, ctx)
+
+    from kinject.api import TrainingSpec
+
+    base = dict(training=TrainingSpec(), seed=0)  # model_construct: nothing else is read here
+    plain_cfg, saving = FinetuneConfig.model_construct(**base), Saving.model_construct(**base)
+    assert _saves_what_it_trains(plain_cfg) and not _saves_what_it_trains(saving)
+    peft = plain_cfg.model_copy(update={"training": TrainingSpec(peft={"method": "lora"})})
+    assert not _saves_what_it_trains(peft)

@@ -11,7 +11,12 @@ import sys
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. User errors -> one line on stderr, exit code 2."""
+    import os
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    # oneDNN (bf16 matmuls on a CPU) caches a primitive per batch shape, 1024 by default: with length-bucketed
+    # batches that is ~200 MB held for the process's life, for no measurable speed (docs/benchmarks.md)
+    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
     if argv[:1] == ["list"]:
         from kinject.cli.listing import fast_list
         from kinject.errors import KinjectError

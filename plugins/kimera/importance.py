@@ -44,9 +44,24 @@ def normalize_importance(raw: torch.Tensor) -> torch.Tensor:
     return (norm - low) / (high - low) if high > low else torch.ones_like(norm)
 
 
+def mixed_precision(model: nn.Module, bf16: bool):
+    """bfloat16 autocast on the model's device with the task head in float32 (``bf16``), else nothing."""
+    import contextlib
+
+    from kinject.api import float32_head
+
+    if not bf16:
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16))
+    stack.enter_context(float32_head(model))
+    return stack
+
+
 def score_heads(model: nn.Module, batches: Sequence[dict], problem_type: str,
-                gates: torch.Tensor | None = None) -> tuple[torch.Tensor, np.ndarray]:
-    """Raw importance ``E_x |dL(x)/dxi_h|`` (L, H) under ``gates`` (default all 1), and the logits."""
+                gates: torch.Tensor | None = None, bf16: bool = False) -> tuple[torch.Tensor, np.ndarray]:
+    """Raw importance ``E_x |dL(x)/dxi_h|`` (L, H) under ``gates`` (default all 1), and the logits; ``bf16``: the
+    forward under bfloat16 autocast (the head, the logits and the loss in float32)."""
     layout = head_layout(model)
     base = gates if gates is not None else torch.ones(layout.num_layers, layout.num_heads)
     device = next(model.parameters()).device
@@ -61,8 +76,8 @@ def score_heads(model: nn.Module, batches: Sequence[dict], problem_type: str,
             labels = batch.pop("labels")
             n = labels.shape[0]
             xi = base.to(device, dtype).expand(n, -1, -1).clone().requires_grad_(True)
-            with HeadGates(model, xi, layout):
-                logits = model(**batch).logits
+            with HeadGates(model, xi, layout), mixed_precision(model, bf16):
+                logits = model(**batch).logits.float()
             loss = per_example_loss(logits, labels, problem_type).sum()
             (grad,) = torch.autograd.grad(loss, xi)
             total += grad.abs().sum(0).double().cpu()
@@ -74,14 +89,15 @@ def score_heads(model: nn.Module, batches: Sequence[dict], problem_type: str,
 
 
 @torch.inference_mode()
-def gated_logits(model: nn.Module, batches: Sequence[dict], gates: torch.Tensor) -> list[np.ndarray]:
+def gated_logits(model: nn.Module, batches: Sequence[dict], gates: torch.Tensor,
+                 bf16: bool = False) -> list[np.ndarray]:
     """Forward-only logits of ``batches`` under head gates (L, H): the metric-only part of a search round."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     out = []
     try:
-        with HeadGates(model, gates):
+        with HeadGates(model, gates), mixed_precision(model, bf16):
             for batch in batches:
                 inputs = {k: v.to(device) for k, v in batch.items() if k != "labels"}
                 out.append(model(**inputs).logits.float().cpu().numpy())
@@ -116,14 +132,14 @@ class MaskSearch:
 def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, metric: Callable[[np.ndarray], float],
                 rho: float = 0.1, tau: float = 0.95, soft: bool = False, max_rounds: int = 50,
                 observe: Callable[[int, np.ndarray], None] | None = None,
-                metric_batches: Sequence[dict] = ()) -> MaskSearch:
+                metric_batches: Sequence[dict] = (), bf16: bool = False) -> MaskSearch:
     """Iteratively mask a proportion ``rho`` of the still-active heads with the lowest importance,
     re-scoring after each step, until the metric falls below ``tau`` x the unmasked metric; returns
     the last mask that kept it. Hard: masked heads get gate 0. Soft: they keep the normalised I_h of
     the round that made them candidates (also their gate in later rounds). Metrics: higher is better.
 
     ``batches`` are scored for importance (forward+backward) and ``metric_batches`` only run forward: the
-    metric sees the logits of both, in that order.
+    metric sees the logits of both, in that order. ``bf16``: every pass under bfloat16 autocast.
 
     ``observe(round, logits)``, when given, sees every round's logits (round 0 = unmasked; batch order), e.g. to
     keep the per-example predictions the rounds' intervals are computed from (:mod:`.search_report`)."""
@@ -133,9 +149,9 @@ def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, me
     kept = mask.clone()
     search: MaskSearch | None = None
     for round_no in range(max_rounds + 1):
-        raw, logits = score_heads(model, batches, problem_type, mask)
+        raw, logits = score_heads(model, batches, problem_type, mask, bf16)
         if metric_batches:
-            logits = _concat([logits, *gated_logits(model, metric_batches, mask)])
+            logits = _concat([logits, *gated_logits(model, metric_batches, mask, bf16)])
         value = float(metric(logits))
         importance = normalize_importance(raw)
         if search is None and not np.isfinite(value):

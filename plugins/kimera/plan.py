@@ -113,7 +113,7 @@ def scoring_config(run, cfg: KimeraConfig) -> ScoringConfig:
                          examples=cfg.score_examples, importance_examples=cfg.importance_examples,
                          batch_size=cfg.score_batch_size, metric=cfg.search_metric or run.task.selection_metric(),
                          max_length=run.spec.model.max_length, attn=run.spec.model.attn_implementation,
-                         seed=cfg.score_seed)
+                         seed=cfg.score_seed, bf16=bool(run.spec.training.bf16))
 
 
 def mask_stages(run, cfg: KimeraConfig, resolved: Resolved) -> tuple[list[Stage], str]:

@@ -25,7 +25,8 @@ def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
     tokenizer = load_tokenizer(str(model_dir))
     head = task.head(env)
     model = load_task_model(model_dir, head, scoring.attn)
-    raw, _ = score_heads(model, scoring_set(scoring, task, env, tokenizer).batches, head.problem_type)
+    raw, _ = score_heads(model, scoring_set(scoring, task, env, tokenizer).batches, head.problem_type,
+                         bf16=scoring.bf16)
     masks_file = ctx.inputs[cfg.mask_stage] / "masks.json"
     mask = load_mask(masks_file, cfg.kind)
     before = load_mask(masks_file, "importance", tuple(mask.shape))

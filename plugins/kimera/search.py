@@ -40,7 +40,7 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
     predictions = RoundPredictions(task, env, scoring.split, chosen)
     result = search_mask(model, chosen.batches, head.problem_type, metric, cfg.rho, cfg.tau,
                          soft=cfg.kind == "soft", max_rounds=cfg.max_rounds, observe=predictions,
-                         metric_batches=chosen.metric_batches)
+                         metric_batches=chosen.metric_batches, bf16=scoring.bf16)
     save_masks(ctx.out / "masks.json", **{cfg.kind: result.mask, "importance": result.first_importance})
     if predictions.rounds:
         write_round_predictions(ctx.out / ROUND_PREDICTIONS, predictions.rounds)

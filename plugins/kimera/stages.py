@@ -26,6 +26,7 @@ class ScoringConfig(StageConfig):
     max_length: int
     attn: str = "sdpa"
     seed: int | None = None  # None: the first `examples`; else a seeded random draw of whole groups
+    bf16: bool = False  # importance and metric passes under bfloat16 autocast (training.bf16; same masks, 1.3x)
 
 
 class MaskConfig(StageConfig):

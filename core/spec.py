@@ -88,6 +88,8 @@ class TrainingSpec(StrictModel):
                                      "(unset: after every epoch).")
     patience: int | None = Field(None, ge=1, description="With selection=best: stop after this many dev scores "
                                  "without improvement (unset: train the whole budget).")
+    compile: bool = Field(False, description="torch.compile the model (the Trainer's torch_compile): 1.3x a BERT-base "
+                          "step on an H100 with kinject's GPU input path, slower on a CPU (docs/benchmarks.md).")
     peft: PeftSpec | None = Field(None, description="Fine-tune with peft adapters (e.g. --set training.peft.method="
                                   "lora) instead of every weight; the saved model is merged, the adapter saved beside.")
     report_to: list[str] = Field(default_factory=list, json_schema_extra=NOT_KEYED,

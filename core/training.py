@@ -51,7 +51,10 @@ def useful_token_fraction(lengths: np.ndarray | Sequence[int], batches: list[lis
 
 
 class PaddingCounter:
-    """Wraps a collator and counts useful (non-pad) vs all tokens it emits."""
+    """Wraps a collator and counts useful (non-pad) vs all tokens it emits.
+
+    In a DataLoader worker process the counts travel inside the batch (``TOKEN_COUNTS``, two ints; the trainers of
+    :func:`with_length_buckets` take them out before the forward), so they are right when workers collate."""
 
     def __init__(self, collator: Callable):
         self.collator = collator
@@ -59,16 +62,30 @@ class PaddingCounter:
         self.total = 0
 
     def __call__(self, features: list[dict]) -> dict:
+        from torch.utils.data import get_worker_info
+
         batch = self.collator(features)
         mask = batch.get("attention_mask")
         if mask is not None:
-            self.useful += int(mask.sum())
-            self.total += int(mask.numel())
+            if get_worker_info() is None:
+                self.useful += int(mask.sum())
+                self.total += int(mask.numel())
+            else:
+                batch[TOKEN_COUNTS] = (int(mask.sum()), int(mask.numel()))
         return batch
+
+    def count(self, batch: dict) -> None:
+        """Take a worker's counts out of ``batch`` (in the training process)."""
+        useful, total = batch.pop(TOKEN_COUNTS, (0, 0))
+        self.useful += useful
+        self.total += total
 
     @property
     def useful_fraction(self) -> float:
         return self.useful / self.total if self.total else float("nan")
+
+
+TOKEN_COUNTS = "kinject_token_counts"
 
 
 class LengthBucketSampler:
@@ -100,9 +117,16 @@ class LengthBucketSampler:
 
 
 def with_length_buckets(trainer_cls):
-    """A subclass of ``trainer_cls`` whose training sampler is :class:`LengthBucketSampler`."""
+    """A subclass of ``trainer_cls`` whose training sampler is :class:`LengthBucketSampler` (and which takes the
+    :class:`PaddingCounter`'s counts out of each batch)."""
 
     class LengthBucketTrainer(trainer_cls):
+        def training_step(self, model, inputs, *args, **kwargs):
+            if TOKEN_COUNTS in inputs:
+                counter = self.data_collator
+                counter.count(inputs) if isinstance(counter, PaddingCounter) else inputs.pop(TOKEN_COUNTS)
+            return super().training_step(model, inputs, *args, **kwargs)
+
         def _get_train_sampler(self, train_dataset=None):
             if not self.args.group_by_length or self.train_dataset is None:
                 return super()._get_train_sampler(train_dataset)
@@ -157,13 +181,17 @@ def training_arguments(training: TrainingSpec, output_dir: Path, seed: int, **ov
         dataloader_num_workers=0,
         disable_tqdm=os.environ.get("KINJECT_PROGRESS", "1") == "0",
         remove_unused_columns=True,
+        torch_compile=training.compile,
     )
+    if not cpu:  # a GPU step must not wait for the host: no sync for the loss filter, copies that do not block
+        kwargs.update(accelerator_config={"non_blocking": True}, logging_nan_inf_filter=False)
     if distributed and cpu:
         kwargs["ddp_backend"] = "gloo"
     if distributed:
         kwargs["ddp_find_unused_parameters"] = False
     kwargs.update(overrides)
     _reset_precision(bool(kwargs["bf16"]))
+    os.environ.pop("ACCELERATE_DYNAMO_BACKEND", None)  # torch_compile outlives its Trainer there (as precision does)
     return TrainingArguments(**kwargs)
 
 
@@ -270,6 +298,9 @@ def train(model, features, collator: Callable, training: TrainingSpec, work: Pat
         per_epoch = -(-len(features) // (training.batch_size * training.gradient_accumulation_steps * world))
         if per_epoch * training.epochs < training.min_steps:
             arg_overrides.setdefault("max_steps", training.min_steps)
+    if _cuda() and not hasattr(collator, "set_epoch"):  # collate in 2 worker processes while the GPU computes
+        arg_overrides = {"dataloader_num_workers": min(2, os.cpu_count() or 1), "dataloader_persistent_workers": True,
+                         **arg_overrides}
     args = training_arguments(training, work, seed, **arg_overrides)
     trainer_cls = with_length_buckets(trainer_cls or Trainer)
     dataset = features if hasattr(features, "column_names") else to_dataset(features)

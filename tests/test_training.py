@@ -101,3 +101,35 @@ def test_a_float32_trainer_after_a_bf16_one_does_not_autocast(tiny_model, tmp_pa
     after = predict(fresh, features, collator, batch_size=3, work=tmp_path / "c")
     assert not np.allclose(half, reference, atol=1e-4)  # bf16 did run
     assert np.allclose(after, reference, atol=1e-5)
+
+
+def test_tokens_collated_in_worker_processes_are_counted_and_never_reach_the_model(tiny_model, tmp_path):
+    """On a GPU kinject collates in DataLoader workers: the padding counts come back inside the batches, and the
+    trainer takes them out before the forward; the same numbers as collating in the training process."""
+    from transformers import DataCollatorWithPadding
+
+    from kinject.api import Head, TrainingSpec, build_task_model, load_tokenizer, train
+
+    tokenizer = load_tokenizer(tiny_model)
+    texts = [("gene " * (1 + i % 7)).strip() for i in range(24)]
+    rows = [dict(tokenizer(t), labels=i % 2) for i, t in enumerate(texts)]
+    training = TrainingSpec(epochs=1, batch_size=4, warmup_ratio=0, save_steps=100, selection="last")
+    fractions = []
+    for workers in (0, 2):
+        model = build_task_model(tiny_model, Head(kind="sequence", num_labels=2), seed=0)
+        stats = train(model, rows, DataCollatorWithPadding(tokenizer), training, tmp_path / f"w{workers}", 0,
+                      dataloader_num_workers=workers)
+        fractions.append(stats["useful_token_fraction"])
+    assert fractions[0] == fractions[1] and 0.3 < fractions[0] < 1.0
+
+
+def test_compile_reaches_the_trainer_and_does_not_outlive_it(tmp_path, monkeypatch):
+    import os
+
+    from kinject.api import TrainingSpec, training_arguments
+
+    monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND", raising=False)
+    assert training_arguments(TrainingSpec(compile=True), tmp_path, 0).torch_compile
+    assert os.environ.get("ACCELERATE_DYNAMO_BACKEND")  # transformers leaves it set for every later Trainer ...
+    assert not training_arguments(TrainingSpec(), tmp_path, 0).torch_compile
+    assert "ACCELERATE_DYNAMO_BACKEND" not in os.environ  # ... kinject's next arguments clear it

@@ -122,19 +122,6 @@ def lock_held(path: Path) -> bool:
     return False
 
 
-def is_locked(folder: Path) -> bool:
-    """Whether some process holds the lock of the stage at ``folder`` right now."""
-    from filelock import Timeout
-
-    lock = _make_lock(lock_path(folder))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return True
-    lock.release()
-    return False
-
-
 # -- what a finished stage holds ----------------------------------------------------------------------- #
 def _sha256(path: Path) -> str:
     with open(path, "rb") as handle:

@@ -23,6 +23,7 @@ from kinject.refs import ModelRef, TaskRef
 from kinject.spec import TrainingSpec
 
 log = logging.getLogger("kinject")
+details = logging.getLogger("kinject.details")  # the run log only (the console shows metrics once, as the table)
 
 
 # -- models ------------------------------------------------------------------------------------------ #
@@ -320,7 +321,7 @@ def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: in
         if logits is None or len(logits) != len(features):
             logits = predict(model, features, task.collator(tokenizer), batch_size, work, bf16=bf16)
         else:
-            log.info("%s %s: the logits scored while training (dev selection's model)", task.name, split)
+            details.info("%s %s: the logits scored while training (dev selection's model)", task.name, split)
         if len(logits) != len(features):  # e.g. a distributed sampler padding or dropping examples
             raise RuntimeError(f"{task.name} {split}: {len(logits)} predictions for {len(features)} examples")
         metrics[split] = plain(task.score(split, examples, features, logits, env))
@@ -328,7 +329,7 @@ def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: in
             records[split] = plain(task.predictions(split, examples, features, logits, env))
         except NotImplementedError:
             log.warning("%s: task writes no per-example predictions (kinject compare cannot pair it)", task.name)
-        log.info("%s %s: %s", task.name, split, ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+        details.info("%s %s: %s", task.name, split, ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                                          for k, v in metrics[split].items()))
     return metrics, records
 

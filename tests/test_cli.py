@@ -87,8 +87,13 @@ def test_info_and_doctor():
 
 def test_eval_command(tmp_path, textcls_dir, tiny_model):
     out = tmp_path / "run"
-    assert cli("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
-               "--set", "training.epochs=1", "-o", str(out)).returncode == 0
+    run = cli("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
+              "--set", "training.epochs=1", "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    console, log = run.stdout + run.stderr, (out / "kinject.log").read_text()
+    for detail in ("textcls dev: accuracy=", "textcls test: accuracy=", "run end: {", "step None:"):
+        assert detail not in console and detail in log  # the metrics reach the console once: as the table
+    assert sum("test" in line and "accuracy" in line for line in console.splitlines()) == 1  # the table's row
     result = cli("eval", str(out / "model"), "--task", "textcls", "--set", f"task.path={textcls_dir}",
                  "-o", str(tmp_path / "eval"))
     assert result.returncode == 0, result.stderr

@@ -210,3 +210,17 @@ def test_spread_stage_claims_are_taken_once_per_launch(tmp_path):
     member = SimpleNamespace(folder=tmp_path / "stages" / "mop-adapter-0" / "abc123")
     assert _claim(member, "launch1") and not _claim(member, "launch1")
     assert _claim(member, "launch2")
+
+
+def test_memory_is_given_back_after_each_computed_stage_not_after_a_hit(tmp_path, textcls_dir, tiny_model,
+                                                                        monkeypatch):
+    """Without it a run's peak RSS is the sum of its stages' high-water marks (the headline: 4.2 GB, not 2.3)."""
+    from kinject import planning
+
+    released = []
+    real = planning.release_memory
+    monkeypatch.setattr(planning, "release_memory", lambda: released.append(real()))
+    assert kinject(*run_args(textcls_dir, tmp_path / "a", "--set", "knowledge_probe=false")) == 0
+    assert len(released) == len(stages(tmp_path / "a")) == 2  # finetune, evaluate
+    assert kinject(*run_args(textcls_dir, tmp_path / "b", "--set", "knowledge_probe=false")) == 0
+    assert len(released) == 2  # all cache hits: nothing was computed, nothing to give back

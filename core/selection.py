@@ -57,6 +57,8 @@ class DevSelection:
                     scorer.keep_best()
                 tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
                 save_file(_unshared(tensors), str(best_file(step)))
+                if trainer_state.is_world_process_zero:
+                    drop_unreferenced()  # the previous best, unless a checkpoint still refers to it
             else:
                 state["bad"] += 1
                 if patience and state["bad"] >= patience:

@@ -194,3 +194,21 @@ def test_a_fine_tune_that_saves_another_model_than_it_trained_leaves_no_dev_logi
     assert _saves_what_it_trains(plain_cfg) and not _saves_what_it_trains(saving)
     peft = plain_cfg.model_copy(update={"training": TrainingSpec(peft={"method": "lora"})})
     assert not _saves_what_it_trains(peft)
+
+
+def test_only_the_current_best_weights_are_kept_while_training(tmp_path, tiny_model):
+    """A rising dev curve must not leave one weights file per improvement on the disk (a K=20 MoP model: ~100 MB
+    each) until the next checkpoint."""
+    from kinject.api import TrainingSpec, train
+
+    rows, collator = features(tiny_model)
+    work = tmp_path / "work"
+    files = []
+
+    def scorer(model):
+        files.append(sorted(p.name for p in work.glob("best-step-*")))
+        return {"accuracy": 0.1 * len(files)}  # better every time
+
+    training = TrainingSpec(epochs=4, batch_size=8, learning_rate=1e-2, warmup_ratio=0, save_steps=100)
+    train(tiny_classifier(tiny_model), rows, collator, training, work, 0, scorer=scorer, selection_metric="accuracy")
+    assert files == [[], ["best-step-4.safetensors"], ["best-step-8.safetensors"], ["best-step-12.safetensors"]]

@@ -55,9 +55,9 @@ class DevSelection:
                 state.update(best=value, best_step=step, bad=0)
                 if hasattr(scorer, "keep_best"):  # its logits are the selected model's, unless a later score wins
                     scorer.keep_best()
-                tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-                save_file(_unshared(tensors), str(best_file(step)))
-                if trainer_state.is_world_process_zero:
+                if trainer_state.is_world_process_zero:  # DDP: one writer; the weights are the same in every rank
+                    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+                    save_file(_unshared(tensors), str(best_file(step)))
                     drop_unreferenced()  # the previous best, unless a checkpoint still refers to it
             else:
                 state["bad"] += 1
@@ -94,6 +94,9 @@ class DevSelection:
                     return
                 from safetensors.torch import load_file
 
+                from kinject.distributed import barrier
+
+                barrier()  # DDP: process 0 has written the best weights before any process reads them
                 path = best_file(state["best_step"])
                 if not path.exists():
                     raise RuntimeError(f"training.selection: the best weights ({path}) are missing")

@@ -212,3 +212,20 @@ def test_only_the_current_best_weights_are_kept_while_training(tmp_path, tiny_mo
     training = TrainingSpec(epochs=4, batch_size=8, learning_rate=1e-2, warmup_ratio=0, save_steps=100)
     train(tiny_classifier(tiny_model), rows, collator, training, work, 0, scorer=scorer, selection_metric="accuracy")
     assert files == [[], ["best-step-4.safetensors"], ["best-step-8.safetensors"], ["best-step-12.safetensors"]]
+
+
+def test_only_process_zero_writes_the_best_weights(tmp_path, tiny_model):
+    """Under DDP every process scores dev and holds the same weights; two writers of one file on a shared disk
+    can tear it, so only process 0 writes (the others read it after a barrier at the end of training)."""
+    from types import SimpleNamespace
+
+    from kinject.selection import DevSelection
+
+    model = tiny_classifier(tiny_model)
+    for zero, work in ((False, tmp_path / "rank1"), (True, tmp_path / "rank0")):
+        work.mkdir()
+        callback = DevSelection(lambda m: {"accuracy": 0.5}, "accuracy", work)
+        state = SimpleNamespace(global_step=3, epoch=1.0, is_world_process_zero=zero)
+        callback.on_epoch_end(None, state, SimpleNamespace(should_training_stop=False), model=model)
+        assert callback.summary()["best_step"] == 3
+        assert sorted(p.name for p in work.iterdir()) == ([] if not zero else ["best-step-3.safetensors"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +20,11 @@ PLUGINS = Path(__file__).parent / "third_party_plugin"
 def installed(tmp_path: Path, *names: str) -> dict:
     """An environment in which the example plugins ``names`` are pip-installed (into a folder on PYTHONPATH)."""
     target = tmp_path / "site"
-    for name in names:
+    for name in names:  # built from a copy: parallel test workers never share a build folder
+        source = shutil.copytree(PLUGINS / name, tmp_path / "src" / name,
+                                 ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--target", str(target), str(PLUGINS / name)], check=True, capture_output=True, timeout=300)
+                        "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]),
                 COLUMNS="300", ECHO_TRACKER_FILE=str(tmp_path / "events.jsonl"))
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 import logging
 import os
 
-from kinject.hooks.specs import hookimpl
-
-__kinject_fingerprint__ = False  # observers: computes nothing a stage writes
+from kinject.api import hookimpl
 
 log = logging.getLogger("kinject")
 _RUN: dict = {"report_to": [], "writers": {}}

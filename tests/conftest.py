@@ -18,15 +18,11 @@ os.environ.pop("COLUMNS", None)  # pytest-xdist workers inherit a terminal width
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one compute thread per worker (and its subprocesses): no oversubscription
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def pytest_configure(config):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        import torch
-
-        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -34,8 +34,8 @@ def main() -> None:
     from kinject.plugins.doktra.features import model_outputs
     from kinject.plugins.doktra.trainers import DistillRecord, DistillSettings, calibrated_trainer, distill_trainer
     from kinject.spec import TrainingSpec
-    from kinject.stages import build_task_model
-    from kinject.training import training_arguments
+    from kinject.plugins.training import build_task_model
+    from kinject.plugins.training import training_arguments
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="minilm")

@@ -1,5 +1,5 @@
 """Engine overhead: (1) a cached no-op stage (key hashing, cache lookup, hooks) per stage, and (2) a whole
-`finetune` run through the engine vs calling kinject.training.train directly on the same tiny model and data.
+`finetune` run through the engine vs calling kinject.plugins.training.train directly on the same tiny model and data.
 
 Usage: .venv/bin/python benchmarks/bench_engine_overhead.py
 """
@@ -63,8 +63,8 @@ def main() -> None:
 
         # whole finetune through the engine vs training directly
         from kinject.models import load_tokenizer, resolve_model
-        from kinject.stages import build_task_model
-        from kinject.training import train
+        from kinject.plugins.training import build_task_model
+        from kinject.plugins.training import train
 
         ft = build_spec({"task": {"name": "textcls", "path": str(data)}, "model": {"name": "tiny"},
                          "training": {"epochs": 3}, "cache_dir": str(tmp / "cache2")})

@@ -7,7 +7,7 @@ order (the task's own collator). kinject is a whole `kinject run finetune` throu
 batches, dynamic padding). Reports training samples/s, the ratio kinject/plain, the useful-token fraction and
 the dev metric. Rounds alternate the setups so they share the machine's noise.
 
-Evaluation: `kinject.training.predict` (sorted by length, dynamic padding) vs `Trainer.predict` with dynamic
+Evaluation: `kinject.plugins.training.predict` (sorted by length, dynamic padding) vs `Trainer.predict` with dynamic
 padding in the data's order, on the same CAPR dev pairs and model: pairs/s and that the logits agree.
 
 Usage: KINJECT_DATA_DIR=../shared/data .venv/bin/python benchmarks/bench_finetune.py [--n 300] [--rounds 2]
@@ -59,8 +59,9 @@ def run_plain(name: str, args, work: Path, pad_to_max: bool) -> dict:
     from transformers import Trainer, TrainingArguments, set_seed
 
     from kinject.models import minilm_path
-    from kinject.stages import build_task_model
-    from kinject.training import PaddingCounter, to_dataset
+    from kinject.plugins.training import build_task_model
+    from kinject.plugins.training import PaddingCounter
+    from kinject.plugins.training.loop import to_dataset
 
     task, env = task_and_env(name, args, work / "cache")
     from kinject.models import load_tokenizer
@@ -109,8 +110,9 @@ def bench_eval(args, work: Path) -> dict:
     from transformers import Trainer, TrainingArguments
 
     from kinject.models import load_tokenizer, minilm_path
-    from kinject.stages import build_task_model
-    from kinject.training import predict, to_dataset
+    from kinject.plugins.training import build_task_model
+    from kinject.plugins.training import predict
+    from kinject.plugins.training.loop import to_dataset
 
     task, env = task_and_env("capr", args, work / "cache")
     tok = load_tokenizer(str(minilm_path()))

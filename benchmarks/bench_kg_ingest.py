@@ -59,7 +59,7 @@ def child(args) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     from kinject.interfaces import Environment
     from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data, lengths_of, load_kg_data
-    from kinject.training import length_grouped_batches, useful_token_fraction
+    from kinject.plugins.training import length_grouped_batches, useful_token_fraction
     from kinject.models import load_tokenizer, resolve_model
     from kinject.plugins.knowledge.sources.triples import TriplesSource
 

@@ -32,7 +32,7 @@ def main() -> None:
     from kinject.plugins.kimera.search import RoundPredictions
     from kinject.plugins.kimera.search_report import round_intervals
     from kinject.registry import registry
-    from kinject.stages import build_task_model
+    from kinject.plugins.training import build_task_model
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)

@@ -3,9 +3,9 @@ script on the same batches and model (issue #28; figures in docs/benchmarks.md, 
 
 Setups, each on fixed random token batches of B x L (every row exactly L tokens: no padding, so every token counts):
 
-  finetune kinject      ``kinject.training.train()`` (kinject's TrainingArguments, length-bucketed sampler, its
+  finetune kinject      ``kinject.plugins.training.train()`` (kinject's TrainingArguments, length-bucketed sampler, its
                         collator wrapper, bf16 autocast by kinject's default) on the task model of
-                        ``kinject.stages.build_task_model`` (sequence head, 2 labels)
+                        ``kinject.plugins.training.stages.build_task_model`` (sequence head, 2 labels)
   finetune bare         the same model and batches: forward, backward, AdamW (fused where torch has it), under the
                         same autocast; batches already on the device; no clipping, no schedule
   finetune bare + clip  the same with clip_grad_norm_(1.0), which the Trainer does (separates its cost)
@@ -340,8 +340,8 @@ def finetune_setups(ctx: Context, compile: bool, variants: list[str]) -> dict[st
     from transformers import DataCollatorWithPadding
 
     from kinject.interfaces import Head
-    from kinject.stages import build_task_model
-    from kinject.training import train
+    from kinject.plugins.training import build_task_model
+    from kinject.plugins.training import train
 
     head = Head("sequence", 2, labels=("no", "yes"))
     rows = feature_rows(ctx, lambda b, ids: ids[1] % 2)
@@ -454,7 +454,7 @@ def mop_setups(ctx: Context) -> dict[str, dict]:
     from kinject.plugins.knowledge.kg.batching import KGCollator
     from kinject.plugins.mop.entity_prediction import EntityPredictor
     from kinject.plugins.mop.part_adapters import adapter_encoder
-    from kinject.training import train
+    from kinject.plugins.training import train
 
     classes = 1000
     rows = feature_rows(ctx, lambda b, ids: ids[1] % classes, seed=20)
@@ -487,8 +487,8 @@ def doktra_setups(ctx: Context) -> dict[str, dict]:
     from kinject.plugins.doktra.features import PairedCollator, cls_and_logits
     from kinject.plugins.doktra.losses import abd_loss
     from kinject.plugins.doktra.trainers import DistillRecord, DistillSettings, distill_trainer
-    from kinject.stages import build_task_model
-    from kinject.training import train
+    from kinject.plugins.training import build_task_model
+    from kinject.plugins.training import train
 
     head = Head("sequence", 6, labels=tuple("abcdef"))
     probe = build_task_model(ctx.path, head, seed=0)
@@ -672,7 +672,7 @@ def main(argv: list[str] | None = None) -> None:
     import transformers
 
     from kinject.models import load_tokenizer
-    from kinject.training import native_bf16
+    from kinject.api import native_bf16
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no GPU")

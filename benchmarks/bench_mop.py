@@ -94,7 +94,7 @@ def fusion(args) -> dict:
     from kinject.interfaces import Head
     from kinject.models import load_encoder, resolve_model
     from kinject.plugins.mop.fusion import attach_partition_adapters
-    from kinject.stages import build_task_model
+    from kinject.plugins.training import build_task_model
 
     path = resolve_model(args.model, CACHE)
     folder = Path(tempfile.mkdtemp(prefix="bench-mop-adapters-"))
@@ -141,7 +141,7 @@ def tokens(args) -> dict:
 
     from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts
     from kinject.plugins.mop.partition import assign_triples
-    from kinject.training import LengthBucketSampler
+    from kinject.plugins.training.loop import LengthBucketSampler
 
     _, data = hpo_rows(args.model, args.max_triples)
     h, r, t = (np.asarray(data.triples.data.column(c).to_numpy()) for c in ("head", "relation", "tail"))

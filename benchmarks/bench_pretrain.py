@@ -86,7 +86,7 @@ def run_plain(texts: list[str], args, work: Path) -> dict:
                               TrainingArguments, set_seed)
 
     from kinject.models import minilm_path
-    from kinject.training import PaddingCounter
+    from kinject.plugins.training import PaddingCounter
 
     tok = AutoTokenizer.from_pretrained(str(minilm_path()))
     start = time.perf_counter()

@@ -37,7 +37,7 @@ def main() -> None:
     from kinject.plugins.kimera.importance import normalize_importance, score_heads
     from kinject.plugins.kimera.masks import load_mask
     from kinject.plugins.kimera.scoring import scoring_set
-    from kinject.stages import load_task_model
+    from kinject.plugins.training import load_task_model
     from kinject.spec import apply_overrides, build_spec
 
     spec = build_spec(apply_overrides({"task": {"name": "capr"}, "strategy": {"name": "kimera"}}, args.overrides))

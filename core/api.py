@@ -1,6 +1,7 @@
 """kinject's public API: everything a plugin needs - a strategy, task, knowledge source, evaluator, command or
 hook - from one import (docs/plugins.md). Plugins import the kernel through this module only; what is not here
-is internal and may change.
+is internal and may change. The shared fine-tune and evaluate stages are built on it by the training library
+(:mod:`kinject.plugins.training`), the knowledge-graph and masked-LM builders by :mod:`kinject.plugins.knowledge`.
 
 A stage's cache key covers the code it runs, found through its imports; names imported from here count as
 imports of the module that defines them (``__kinject_facade__``), so importing this facade does not widen a key.
@@ -18,32 +19,26 @@ from kinject.interfaces import (RUN_METRICS_FILE, Component, Environment, Evalua
 # -- what a stage config holds (its key) --------------------------------------------------------------- #
 from kinject.fingerprint import NOT_KEYED, stable_hash
 from kinject.refs import ModelRef, SourceRef, TaskRef, files_fingerprint, model_fingerprint
-from kinject.spec import (FILE_PATH, ModelSpec, PluginRef, RunSpec, TrainingOverrides, TrainingSpec,
+from kinject.spec import (FILE_PATH, ModelSpec, PeftSpec, PluginRef, RunSpec, TrainingOverrides, TrainingSpec,
                           validate_plugin_config)
 # -- errors (one line, exit 2) ------------------------------------------------------------------------- #
 from kinject.errors import (DataError, DataMissingError, KinjectError, PluginLoadError, SpecError,
                             UnknownNameError)
-# -- the shared stages and their building blocks -------------------------------------------------------- #
-from kinject.stages import (EvaluateConfig, FinetuneConfig, MeanPooler, build_task_model, evaluate_body, evaluate_model,
-                            evaluate_stage, finetune_body, finetune_stage, load_task_model, plain, save_model,
-                            write_predictions)
-from kinject.training import (EpochCallback, HookCallback, PaddingCounter, dev_scorer, float32_head, last_checkpoint,
-                              length_grouped_batches, predict, quiet_progress, train, training_arguments,
-                              useful_token_fraction)
-from kinject.models import keep_layers, load_encoder, load_tokenizer, masked_mean, offline, resolve_model
+# -- models ------------------------------------------------------------------------------------------- #
+from kinject.models import keep_layers, load_encoder, load_tokenizer, masked_mean, native_bf16, offline, resolve_model
 # -- data files and the disk -------------------------------------------------------------------------- #
-from kinject.io import (file_digest, iter_lines, open_text, package_folder, read_csv_columns, read_jsonl, read_tsv,
-                        text_field)
+from kinject.io import (file_digest, iter_lines, open_text, package_folder, plain, read_csv_columns, read_jsonl,
+                        read_tsv, text_field)
 from kinject.files import FilesystemError, atomic_directory, atomic_file, atomic_write_text, check_writable
 # -- processes, plugins, hooks ----------------------------------------------------------------------- #
 from kinject.distributed import barrier, is_main_process, rank, world_size
 from kinject.registry import registry
 from kinject.cache import lock_held, make_lock  # cross-process locks of the cache's kind (flock or lease)
 from kinject.hooks import hookimpl, plugin_manager
-from kinject.results import summarize_seeds
+from kinject.results import print_metrics, summarize_seeds
 # -- running specs (tools such as the STILT matrix or a grid) -------------------------------------------- #
 from kinject.spec import (apply_overrides, build_spec, default_cache_dir, default_data_dir, format_validation_error,
                           load_spec_file, load_yaml)
-from kinject.engine import RunContext, execute, plan, prepare
+from kinject.engine import RunContext, execute, plan, prepare, run_folder
 
 __all__ = ["__version__", *(name for name in dir() if not name.startswith("_") and name != "annotations")]

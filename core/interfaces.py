@@ -379,8 +379,8 @@ class Strategy(Component):
                                 f"({source.name!r}): {wanted}; remove it from sources")
 
     def stages(self, run: "RunContext") -> list[Stage]:
-        """The stages of a run, in order (:func:`kinject.stages.finetune_stage` and friends build the shared ones).
-        What ``validate`` resolved is in ``run.resolved``."""
+        """The stages of a run, in order (the training library, :mod:`kinject.plugins.training`, builds the shared
+        ones). What ``validate`` resolved is in ``run.resolved``."""
         raise NotImplementedError
 
     @classmethod

@@ -201,3 +201,18 @@ def package_folder(package: str, folder: str) -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(list(spec.submodule_search_locations)[0]) / folder
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars -> Python numbers (integral counts stay ints), recursively: values JSON can write."""
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value

@@ -86,7 +86,8 @@ def _source(origin: str) -> str:
 
 def _docstring_after(text: str, pattern: str) -> str | None:
     """First docstring line of the definition matching ``pattern``; None if there is no definition."""
-    match = re.search(pattern + r"[^\n]*\n(?:[ \t]*\n)*[ \t]+[rRuU]?(\"\"\"|\'\'\')\s*(.*?)\1", text, re.S | re.M)
+    signature = r".*?[\w)\]][ \t]*(?:->[^\n]*)?:[ \t]*\n"  # to the colon ending the (multi-line) signature
+    match = re.search(pattern + signature + r"(?:[ \t]*\n)*[ \t]+[rRuU]?(\"\"\"|\'\'\')\s*(.*?)\1", text, re.S | re.M)
     if match:
         return match.group(2).strip().splitlines()[0] if match.group(2).strip() else ""
     return "" if re.search(pattern, text, re.M) else None
@@ -138,7 +139,8 @@ def _static_inspect(value: str) -> tuple[str, str]:
     if doc is not None:
         return doc, ""
     if re.search(rf"^{first}[ \t]*[:=]|^(?:from|import)[^\n]*\b{first}\b", text, re.M):
-        return "", ""
+        helped = re.search(rf"^{first}[ \t]*=[^\n]*\((?:[^()]|\n)*?\bhelp=([\"'])(.*?)\1", text, re.M)  # a typer app
+        return (helped.group(2) if helped else ""), ""
     return "", f"{module_name} defines no {attr!r}"
 
 

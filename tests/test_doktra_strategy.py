@@ -66,7 +66,7 @@ def test_teacher_and_cp_only_student_are_built_with_the_runs_model_settings(tmp_
 
 def test_calibrated_stages_run_the_shared_fine_tune_body_and_training_keys_hold_no_report_code(tmp_path, textcls_dir,
                                                                                                 word_teacher):
-    from kinject.api import FinetuneConfig, finetune_body
+    from kinject.plugins.training import FinetuneConfig, finetune_body
     from kinject.engine import plan
 
     for variant, finetuned, others in (("cp-only", ("doktra-teacher", "doktra-cp"), ()),

@@ -20,7 +20,7 @@ def setup(tmp_path_factory, tiny_model):
     """textcls task, its train features for the tiny student, and a word-level teacher (hidden 48)."""
     from conftest import write_textcls
     from kinject.models import load_tokenizer
-    from kinject.stages import build_task_model
+    from kinject.plugins.training import build_task_model
     from kinject.tasks.textcls import TextClassificationTask
 
     root = tmp_path_factory.mktemp("doktra-training")
@@ -75,8 +75,8 @@ def distil(setup, work, gamma, objective="abd", live=False, projection_kind="ran
     """Train a fresh tiny student with the distillation trainer; returns (model, record)."""
     from kinject.plugins.doktra.features import PairedCollator, make_projection, model_outputs, pair_features
     from kinject.plugins.doktra.trainers import DistillRecord, DistillSettings, distill_trainer
-    from kinject.stages import build_task_model
-    from kinject.training import train
+    from kinject.plugins.training import build_task_model
+    from kinject.plugins.training import train
 
     model = build_task_model(setup["tiny"], setup["head"], seed=0)
     if live:
@@ -108,7 +108,7 @@ def test_the_switch_to_refinement_happens_at_gamma_of_the_steps(setup, tmp_path,
 
 
 def test_activation_boundary_phase_trains_the_encoder_not_the_head(setup, tmp_path):
-    from kinject.stages import build_task_model
+    from kinject.plugins.training import build_task_model
 
     before = build_task_model(setup["tiny"], setup["head"], seed=0).state_dict()
     model, record = distil(setup, tmp_path, 1.0, epochs=2)

@@ -127,15 +127,7 @@ def test_compare_prediction_files_uses_the_tasks_metric_options(tmp_path):
     assert plain["baseline"] == pytest.approx(float(np.mean(preds[0] == gold)))
 
 
-def _writes_predictions() -> bool:
-    import kinject.stages
-
-    return hasattr(kinject.stages, "write_predictions")
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _writes_predictions(), reason="the evaluate stage does not write predictions/<split>.jsonl "
-                    "yet (kinject.stages.write_predictions)")
 def test_end_to_end_runs_write_predictions_that_compare_pairs(tmp_path, textcls_dir, tiny_model, capsys):
     common = ["run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
               "--set", "training.batch_size=8", "--set", "training.max_steps=3", "--repeats", "2"]

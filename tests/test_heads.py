@@ -12,7 +12,7 @@ def test_mean_pooling_ignores_padding_and_survives_save_and_load(tmp_path, tiny_
     from transformers import AutoModel, AutoTokenizer
 
     from kinject.interfaces import Head
-    from kinject.stages import build_task_model, load_task_model
+    from kinject.plugins.training import build_task_model, load_task_model
 
     head = Head("sequence", 2, labels=("a", "b"))
     model = build_task_model(tiny_model, head, seed=0, pooling="mean").eval()

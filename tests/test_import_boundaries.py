@@ -1,8 +1,10 @@
-"""Import boundaries as a graph: kernel <- tasks <- library plugins (knowledge, evidence) <- methods.
+"""Import boundaries as a graph: kernel <- tasks <- the training library <- library plugins (knowledge, evidence)
+<- methods.
 
 * the kernel (core/ = ``kinject``) imports no task and no plugin;
 * tasks, library plugins and methods reach the kernel only through ``kinject.api``;
-* tasks import no plugin; a library plugin imports no other plugin; a method imports no other method.
+* tasks import no plugin; the training library imports no plugin; another library plugin imports no plugin but
+  the training library; a method imports no other method.
 
 Every import statement counts (also those inside functions), and so do ``importlib.import_module("...")`` /
 ``__import__("...")`` calls with a literal name."""
@@ -58,7 +60,8 @@ def under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
-LIBRARIES = ("kinject.plugins.knowledge", "kinject.plugins.evidence")
+TRAINING = "kinject.plugins.training"  # the fine-tune and evaluate stages: the library the other libraries build on
+LIBRARIES = (TRAINING, "kinject.plugins.knowledge", "kinject.plugins.evidence")
 
 
 def layer(package: str) -> str:
@@ -82,8 +85,8 @@ def rule_broken(package: str, name: str) -> str | None:
         return "plugins and tasks reach the kernel only through kinject.api"
     if kind == "tasks" and plugin:
         return "tasks import no plugin"
-    if kind == "library" and plugin:
-        return "a library plugin imports no other plugin"
+    if kind == "library" and plugin and (package == TRAINING or not under(name, TRAINING)):
+        return "a library plugin imports no other plugin but the training library"
     if kind == "method" and plugin and not any(under(name, lib) for lib in LIBRARIES):
         return "methods do not import each other"
     return None
@@ -125,13 +128,16 @@ def test_the_checker_reports_each_rule(tmp_path):
     (tmp_path / "pyproject.toml").write_text(
         '[tool.setuptools]\npackage-dir = { "kinject" = "core", "kinject.tasks" = "tasks", '
         '"kinject.plugins.a" = "plugins/a", "kinject.plugins.b" = "plugins/b", '
-        '"kinject.plugins.knowledge" = "plugins/knowledge", "kinject.plugins.evidence" = "plugins/evidence" }\n')
+        '"kinject.plugins.knowledge" = "plugins/knowledge", "kinject.plugins.evidence" = "plugins/evidence", '
+        '"kinject.plugins.training" = "plugins/training" }\n')
     files = {"core/engine.py": "def f():\n    import kinject.tasks.ner\n",
              "core/plugins/__init__.py": "from kinject.plugins import a\n",
              "tasks/ner.py": "from kinject.api import Task\nfrom kinject.plugins.a import x\nfrom kinject import engine\n",
              "plugins/a/__init__.py": "from . import own\nfrom ..b import helper\nfrom kinject.plugins.knowledge import kg\n",
              "plugins/b/__init__.py": "from kinject.tasks import ner\nfrom kinject.plugins.b import y\n",
-             "plugins/knowledge/__init__.py": "from kinject.plugins.evidence import stats\nfrom kinject.tasks import x\n"}
+             "plugins/knowledge/__init__.py": "from kinject.plugins.evidence import stats\n"
+                                              "from kinject.tasks import x\nfrom kinject.plugins.training import train\n",
+             "plugins/training/__init__.py": "from kinject.tasks import x\nfrom kinject.plugins.knowledge import kg\n"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -142,7 +148,8 @@ def test_the_checker_reports_each_rule(tmp_path):
         "tasks/ner.py:2: kinject.tasks.ner imports kinject.plugins.a",
         "tasks/ner.py:3: kinject.tasks.ner imports kinject.engine",
         "plugins/a/__init__.py:2: kinject.plugins.a imports kinject.plugins.b",
-        "plugins/knowledge/__init__.py:1: kinject.plugins.knowledge imports kinject.plugins.evidence"]
+        "plugins/knowledge/__init__.py:1: kinject.plugins.knowledge imports kinject.plugins.evidence",
+        "plugins/training/__init__.py:2: kinject.plugins.training imports kinject.plugins.knowledge"]
 
 
 def test_an_outside_plugin_needs_nothing_but_the_api():

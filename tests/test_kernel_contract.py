@@ -48,9 +48,11 @@ def every_stage(tmp_path, textcls_dir, tiny_model):
 def test_training_keys_cover_the_code_that_computes_and_no_tool(every_stage):
     closure = set(every_stage["finetune/finetune"].record["code"])
     kernel = {m for m in closure if not m.startswith("kinject.tasks")}
-    # the shared fine-tune body and what it computes with (training, dev selection, peft, models, data readers) ...
-    assert kernel == {"kinject.stages", "kinject.training", "kinject.selection", "kinject.peft_tuning",
-                      "kinject.models", "kinject.io"}
+    # the shared fine-tune body and what it computes with (the training library: the stage, task models, the
+    # Trainer loop, dev selection, peft; the kernel's models and data readers) ...
+    assert kernel == {"kinject.plugins.training.stages", "kinject.plugins.training.task_models",
+                      "kinject.plugins.training.loop", "kinject.plugins.training.selection",
+                      "kinject.plugins.training.peft_tuning", "kinject.models", "kinject.io"}
     # ... and the task's own modules with its evaluators', nothing else
     assert closure - kernel == {"kinject.tasks.textcls", "kinject.tasks.sequence", "kinject.tasks.biencoder",
                                 "kinject.tasks.evaluators", "kinject.tasks.evaluators.classification"}
@@ -87,7 +89,7 @@ def test_editing_statistics_or_a_plot_leaves_every_training_key(tmp_path, textcl
 
 def test_editing_the_training_body_changes_the_fine_tune_keys(tmp_path, textcls_dir, tiny_model, monkeypatch,
                                                               every_stage):
-    _edited(monkeypatch, tmp_path, "kinject.training")
+    _edited(monkeypatch, tmp_path, "kinject.plugins.training.loop")
     after = plans(tmp_path, textcls_dir)
     for name in ("finetune/finetune", "stilt/finetune", "mop/mop-finetune", "kimera/kimera-retrain"):
         assert after[name].key != every_stage[name].key, name

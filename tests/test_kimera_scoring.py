@@ -62,7 +62,7 @@ def _mask_stage_run(tmp_path, textcls_dir, tiny_model, monkeypatch):
     from kinject.models import load_tokenizer
     from kinject.plugins.kimera import search
     from kinject.spec import build_spec
-    from kinject.stages import build_task_model, save_model
+    from kinject.plugins.training import build_task_model, save_model
 
     finetuned = tmp_path / "finetuned"
     save_model(build_task_model(tiny_model, Head("sequence", 2, labels=("bio", "other"))), load_tokenizer(tiny_model),

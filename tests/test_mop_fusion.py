@@ -46,7 +46,7 @@ def adapter_dirs(tiny_model, tmp_path_factory):
 def fused(tiny_model, adapter_dirs, mixture="softmax", joint=True, pooling="cls", **settings):
     from kinject.interfaces import Head
     from kinject.plugins.mop.fusion import attach_partition_adapters
-    from kinject.stages import build_task_model
+    from kinject.plugins.training import build_task_model
 
     model = build_task_model(tiny_model, Head("sequence", 2), seed=0, pooling=pooling)
     torch.manual_seed(0)
@@ -205,7 +205,7 @@ def test_an_adapter_that_does_not_load_as_saved_fails_loudly(tiny_model, adapter
     from kinject.interfaces import Head
     from kinject.plugins.mop.fusion import attach_partition_adapters
     from kinject.plugins.mop.part_adapters import saved_adapter_digest
-    from kinject.stages import build_task_model
+    from kinject.plugins.training import build_task_model
 
     folders = [tmp_path / folder.name for folder in adapter_dirs]
     for source, copy in zip(adapter_dirs, folders):
@@ -236,7 +236,7 @@ def test_an_adapter_that_does_not_load_as_saved_fails_loudly(tiny_model, adapter
 def test_one_adapter_is_used_alone_without_a_fusion(tiny_model, adapter_dirs, tokenizer, tmp_path, joint):
     from kinject.interfaces import Head
     from kinject.plugins.mop.fusion import load_fused_model, save_fused_model
-    from kinject.stages import build_task_model
+    from kinject.plugins.training import build_task_model
 
     model, setup, mix = fused(tiny_model, adapter_dirs[2:3], joint=joint)
     assert setup == "part-2" and str(model.active_adapters) == "Stack[part-2]"
@@ -268,7 +268,7 @@ def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenize
     from kinject.plugins.mop.entity_prediction import EntityPredictor, frozen_random_head, name_embeddings
     from kinject.plugins.mop.part_adapters import adapter_encoder, base_digest
     from kinject.spec import TrainingSpec
-    from kinject.training import train
+    from kinject.plugins.training import train
 
     from adapters import SeqBnConfig
 
@@ -328,7 +328,7 @@ def test_kinject_eval_scores_a_saved_mop_model_like_its_own_loader(tiny_model, a
     from kinject.interfaces import Environment
     from kinject.plugins.mop.fusion import load_fused_model, save_fused_model
     from kinject.registry import registry
-    from kinject.training import predict
+    from kinject.plugins.training import predict
 
     model, fuse, mix = fused(tiny_model, adapter_dirs, "gumbel", tau=0.5)
     with torch.no_grad():
@@ -358,7 +358,7 @@ def test_adapter_training_resumes_from_its_checkpoint(tiny_model, tokenizer, tmp
     from kinject.plugins.mop.entity_prediction import EntityPredictor
     from kinject.plugins.mop.part_adapters import adapter_encoder
     from kinject.spec import TrainingSpec
-    from kinject.training import train
+    from kinject.plugins.training import train
 
     rows = tokenizer(["gene", "drug dose", "tumor cells", "protein level"] * 4, ["causes"] * 16)
     features = [{"input_ids": ids, "attention_mask": m, "labels": i % 3}

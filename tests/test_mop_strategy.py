@@ -197,7 +197,7 @@ def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_d
     from kinject.engine import execute
     from kinject.models import load_tokenizer
     from kinject.plugins.mop.strategy import MopStrategy
-    from kinject.training import predict
+    from kinject.plugins.training import predict
 
     run = prepared(tmp_path, textcls_dir, kg_file, mixture="moe", top_k=2)
     metrics = execute(run, tmp_path / "run")
@@ -266,8 +266,8 @@ def test_each_stage_is_keyed_by_its_own_code_only(tmp_path, textcls_dir, kg_file
     assert ours["mop-finetune"] == ours["mop-evaluate"] == {"fusion", "part_adapters"}  # no KG code either
     assert ours["mop-analysis"] == {"report", "fusion", "part_adapters", "stages"}
     assert not any(m.startswith("kinject.plugins.knowledge") for m in code["mop-finetune"])
-    assert record["mop-finetune"]["body"] == "kinject.stages.finetune_body"  # the one fine-tune body
-    assert record["mop-evaluate"]["body"] == "kinject.stages.evaluate_body"
+    assert record["mop-finetune"]["body"] == "kinject.plugins.training.stages.finetune_body"  # the one fine-tune body
+    assert record["mop-evaluate"]["body"] == "kinject.plugins.training.stages.evaluate_body"
 
 
 def test_zero_adapter_steps_leaves_the_adapters_untrained(tmp_path, textcls_dir, kg_file, caplog):

@@ -1,6 +1,6 @@
 """The knowledge library's public MLM builders (`kinject.plugins.knowledge.mlm`): their own checks, the texts file
 forms, the training-spec derivation, and a third party's "verbalise KG triples -> continued MLM -> fine-tune"
-strategy written with kinject.api and kinject.plugins.knowledge only."""
+strategy written with kinject.api and the knowledge and training libraries only."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ KG_MLM = '''
     """Verbalise the run's triples ("head relation tail."), continue MLM on them, then fine-tune on the task."""
     import json
 
-    from kinject.api import Stage, StageConfig, SourceRef, Strategy, evaluate_stage, finetune_stage, is_main_process
+    from kinject.api import Stage, StageConfig, SourceRef, Strategy, is_main_process
     from kinject.plugins.knowledge.default import triples_source
     from kinject.plugins.knowledge.mlm import mlm_stage, pack_stage
+    from kinject.plugins.training import evaluate_stage, finetune_stage
 
 
     class VerbaliseConfig(StageConfig):
@@ -70,7 +71,8 @@ def test_a_third_party_strategy_reuses_packing_and_continued_mlm(third_party, tm
     tree = ast.parse((third_party / "kg_mlm.py").read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert {m for m in imported if m.startswith("kinject")} == {"kinject.api", "kinject.plugins.knowledge.default",
-                                                                "kinject.plugins.knowledge.mlm"}
+                                                                "kinject.plugins.knowledge.mlm",
+                                                                "kinject.plugins.training"}
     kg = write_kg(tmp_path / "kg.tsv")
     out = tmp_path / "run"
     assert kinject("run", "kg_mlm", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",

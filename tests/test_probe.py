@@ -26,7 +26,7 @@ def every_stage(tmp_path_factory, tiny_model):
 
 
 def test_every_built_in_strategy_gets_the_probe_after_its_last_evaluate_stage(every_stage):
-    from kinject.api import EvaluateConfig
+    from kinject.plugins.training import EvaluateConfig
 
     for name in STRATEGIES:
         stages = [key.split("/", 1)[1] for key in every_stage if key.startswith(f"{name}/")]
@@ -78,7 +78,8 @@ def test_a_third_party_strategy_gets_the_probe_on_its_own_model_stage(tmp_path, 
         mine = probed_strategy:Mine
         """, {"probed_strategy": '''
             """A third party's method: its own fine-tune and evaluate stage names."""
-            from kinject.api import Strategy, evaluate_stage, finetune_stage
+            from kinject.api import Strategy
+            from kinject.plugins.training import evaluate_stage, finetune_stage
 
             class Mine(Strategy):
                 """Mine."""

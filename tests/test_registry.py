@@ -76,3 +76,23 @@ def test_list_health_check_in_cli(broken_dist, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "needs_missing" in out and "missing dependency" in out
     assert "boom at import" in out and "is not a Strategy" in out
+
+
+def test_listing_describes_commands_without_importing_them(tmp_path, monkeypatch):
+    """A command's description comes from its source text: a function's docstring after a signature over several
+    lines, or a typer app's help; nothing is imported (the module would raise)."""
+    from kinject.registry import _static_inspect
+
+    (tmp_path / "listed_cmds.py").write_text(
+        'import typer\nraise RuntimeError("imported")\n\n'
+        'def hello(name: str = typer.Option("x", "--name",\n'
+        '                                   help="who"),\n'
+        '          loud: bool = typer.Option(False)) -> None:\n'
+        '    """Say hello to NAME."""\n\n'
+        'app = typer.Typer(add_completion=False,\n'
+        '                  help="Greetings: hello, bye.")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _static_inspect("listed_cmds:hello") == ("Say hello to NAME.", "")
+    assert _static_inspect("listed_cmds:app") == ("Greetings: hello, bye.", "")
+    assert _static_inspect("listed_cmds:missing")[1] == "listed_cmds defines no 'missing'"
+    assert "listed_cmds" not in sys.modules

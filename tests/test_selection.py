@@ -1,4 +1,5 @@
-"""Model selection on dev while fine-tuning (kinject.selection) and budgets that belong to each stage."""
+"""Model selection on dev while fine-tuning (kinject.plugins.training.selection) and budgets that belong to each
+stage."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from helpers import run_kinject as kinject
 
 
 def tiny_classifier(tiny_model):
-    from kinject.api import Head, build_task_model
+    from kinject.api import Head
+    from kinject.plugins.training import build_task_model
 
     return build_task_model(tiny_model, Head(kind="sequence", num_labels=2, labels=("bio", "other")), seed=0)
 
@@ -41,7 +43,8 @@ def scripted(scores):
 def test_best_on_dev_is_kept_and_the_curve_recorded(tmp_path, tiny_model):
     import torch
 
-    from kinject.api import TrainingSpec, train
+    from kinject.api import TrainingSpec
+    from kinject.plugins.training import train
 
     rows, collator = features(tiny_model)
     scorer, seen = scripted([0.5, 0.9, 0.7])
@@ -59,7 +62,8 @@ def test_best_on_dev_is_kept_and_the_curve_recorded(tmp_path, tiny_model):
 
 
 def test_patience_stops_training_and_last_keeps_the_final_weights(tmp_path, tiny_model):
-    from kinject.api import TrainingSpec, train
+    from kinject.api import TrainingSpec
+    from kinject.plugins.training import train
 
     rows, collator = features(tiny_model)
     scorer, _ = scripted([0.8, 0.6, 0.5, 0.4, 0.3])
@@ -152,8 +156,8 @@ def test_the_evaluation_reuses_the_selected_model_s_dev_logits_and_they_equal_a_
     second time, and they are what predicting with the saved model gives."""
     import numpy as np
 
-    from kinject.api import evaluate_model
-    from kinject.stages import load_scored
+    from kinject.plugins.training import evaluate_model
+    from kinject.plugins.training.stages import load_scored
 
     out, cache = tmp_path / "run", tmp_path / "cache"
     assert kinject("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
@@ -161,7 +165,7 @@ def test_the_evaluation_reuses_the_selected_model_s_dev_logits_and_they_equal_a_
                    "-o", str(out)) == 0
     finetune = next((cache / "stages" / "finetune").glob("*/stage.json")).parent
     evaluate = next((cache / "stages" / "evaluate").glob("*/stage.json"))
-    from kinject.stages import EvaluateConfig
+    from kinject.plugins.training import EvaluateConfig
 
     cfg = EvaluateConfig.model_validate(json.loads(evaluate.read_text())["config"])
     scored = load_scored(finetune, cfg)
@@ -180,8 +184,8 @@ def test_the_evaluation_reuses_the_selected_model_s_dev_logits_and_they_equal_a_
 def test_a_fine_tune_that_saves_another_model_than_it_trained_leaves_no_dev_logits(tmp_path, textcls_dir, tiny_model):
     """A subclass whose model/ is not the model in memory (its own save_model, a model transform, peft merged) must
     be scored from what it saved."""
-    from kinject.api import FinetuneConfig
-    from kinject.stages import _saves_what_it_trains
+    from kinject.plugins.training import FinetuneConfig
+    from kinject.plugins.training.stages import _saves_what_it_trains
 
     class Saving(FinetuneConfig):
         def save_model(self, model, tokenizer, folder, ctx):
@@ -199,7 +203,8 @@ def test_a_fine_tune_that_saves_another_model_than_it_trained_leaves_no_dev_logi
 def test_only_the_current_best_weights_are_kept_while_training(tmp_path, tiny_model):
     """A rising dev curve must not leave one weights file per improvement on the disk (a K=20 MoP model: ~100 MB
     each) until the next checkpoint."""
-    from kinject.api import TrainingSpec, train
+    from kinject.api import TrainingSpec
+    from kinject.plugins.training import train
 
     rows, collator = features(tiny_model)
     work = tmp_path / "work"
@@ -219,7 +224,7 @@ def test_only_process_zero_writes_the_best_weights(tmp_path, tiny_model):
     can tear it, so only process 0 writes (the others read it after a barrier at the end of training)."""
     from types import SimpleNamespace
 
-    from kinject.selection import DevSelection
+    from kinject.plugins.training.selection import DevSelection
 
     model = tiny_classifier(tiny_model)
     for zero, work in ((False, tmp_path / "rank1"), (True, tmp_path / "rank0")):

@@ -47,7 +47,7 @@ def finished(tmp_path, textcls_dir, tiny_model):
 def test_every_field_a_body_reads_is_in_its_key(finished, tmp_path):
     spec, _ = finished
     # fields each stage body reads: changing one re-runs that stage and what follows
-    from kinject.training import native_bf16
+    from kinject.api import native_bf16
 
     for path, value in (("training.learning_rate", 1e-3), ("training.warmup_ratio", 0.0),
                         ("training.bf16", not native_bf16()), ("model.max_length", 32), ("seed", 7)):
@@ -110,7 +110,7 @@ def test_copied_or_touched_data_keeps_its_keys(finished, textcls_dir, tmp_path):
 PROBE = '''
 """A third-party strategy whose stage body lives in this file."""
 from kinject.interfaces import PluginConfig, Stage, Strategy
-from kinject.stages import StageConfig
+from kinject.plugins.training.stages import StageConfig
 
 
 class ProbeConfig(StageConfig):
@@ -157,7 +157,7 @@ def test_editing_a_stage_s_code_reruns_it(tmp_path, textcls_dir, tiny_model, mon
 def test_a_closure_is_not_a_stage_body(tmp_path, textcls_dir, tiny_model, capsys):
     from kinject.interfaces import Stage, Strategy
     from kinject.registry import registry
-    from kinject.stages import StageConfig
+    from kinject.plugins.training.stages import StageConfig
 
     class Leaky(Strategy):
         """Reads the run from a closure."""

@@ -45,20 +45,20 @@ def execute(data: dict, output: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def stilt_runs(tmp_path_factory, cache_dir, tiny_model):
-    """A -> B, then A -> C (3 labels), with kinject.training.train spied on: each training's start weights."""
-    import kinject.training
+    """A -> B, then A -> C (3 labels), with kinject.plugins.training.train spied on: each training's start weights."""
+    import kinject.plugins.training.loop
 
     root = tmp_path_factory.mktemp("stilt")
     a, b = write_textcls(root / "a", n_train=24, n_eval=8, seed=0), write_textcls(root / "b", 24, 8, seed=1)
     c = write_three_class(root / "c")
-    real_train, started = kinject.training.train, []
+    real_train, started = kinject.plugins.training.train, []
 
     def spy(model, *args, stage="train", **kwargs):
         started.append((stage, {k: v.detach().clone() for k, v in model.state_dict().items()}))
         return real_train(model, *args, stage=stage, **kwargs)
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(kinject.training, "train", spy)
+    patch.setattr(kinject.plugins.training.loop, "train", spy)
     try:
         inter = [{"name": "textcls", "path": str(a)}]
         first = execute(spec_data(b, inter, cache_dir, tiny_model), root / "run-b")
@@ -134,7 +134,7 @@ def test_target_starts_from_the_intermediate_encoder_with_a_fresh_head(stilt_run
     from safetensors.torch import load_file
 
     from kinject.interfaces import Head
-    from kinject.stages import build_task_model
+    from kinject.plugins.training import build_task_model
 
     assert stilt_runs["trained_first"] == ["intermediate-1-textcls", "finetune"]
     first = {r["name"]: r for r in stilt_runs["first"]["stages"]}
@@ -272,7 +272,7 @@ def test_token_level_intermediate_keeps_the_base_pooler_for_a_sequence_target(tm
     import torch
     from transformers import AutoModel
 
-    import kinject.training
+    import kinject.plugins.training.loop
 
     ner = tmp_path / "data" / "ncbi_disease"
     ner.mkdir(parents=True)
@@ -280,7 +280,7 @@ def test_token_level_intermediate_keeps_the_base_pooler_for_a_sequence_target(tm
     for name in ("train.tsv", "devel.tsv", "test.tsv"):
         (ner / name).write_text((sentence + "\n") * 8)
     target = write_textcls(tmp_path / "target", n_train=16, n_eval=4)
-    real_train, started = kinject.training.train, {}
+    real_train, started = kinject.plugins.training.train, {}
 
     def spy(model, *args, stage="train", **kwargs):
         started[stage] = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -289,7 +289,7 @@ def test_token_level_intermediate_keeps_the_base_pooler_for_a_sequence_target(tm
     data = spec_data(target, ["ncbi-disease"], cache_dir, tiny_model)
     data["data_dir"] = str(tmp_path / "data")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kinject.training, "train", spy)
+        patch.setattr(kinject.plugins.training.loop, "train", spy)
         run = execute(data, tmp_path / "run")
     assert list(started) == ["intermediate-1-ncbi-disease", "finetune"]
     assert not any("pooler" in k for k in started["intermediate-1-ncbi-disease"])  # the token model has none

@@ -1,7 +1,7 @@
-"""`kinject` entry point: plugin listing, runs, evaluation, environment checks.
+"""`kinject` entry point: plugin listing, runs, environment checks.
 
-User errors print one line and exit with code 2 (a traceback only with --debug). Sub-command groups
-(data, kg, and any a plugin adds) come from the ``kinject.commands`` entry-point group.
+User errors print one line and exit with code 2 (a traceback only with --debug). Other commands
+(eval, data, kg, compare, and any a plugin adds) come from the ``kinject.commands`` entry-point group.
 """
 
 from __future__ import annotations
@@ -100,41 +100,6 @@ def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, dat
     return build_spec(apply_overrides(data, sets or []))
 
 
-def _shown(value) -> str:
-    if isinstance(value, dict) and "mean" in value:
-        return f"{value['mean']:.4f} ± {value['std']:.4f} (n={value['n']})"
-    if isinstance(value, bool) or isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return str(value)
-
-
-def _print_metrics(title: str, metrics: dict) -> None:
-    from rich.table import Table
-
-    table = Table(title=title, title_justify="left")
-    table.add_column("split")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for split, values in metrics.items():
-        if split in ("train", "comparison") or not isinstance(values, dict):
-            continue
-        for name, value in values.items():
-            if isinstance(value, (dict, int, float)) and not isinstance(value, bool):
-                table.add_row(split, name, _shown(value))
-    console.print(table)
-    comparison = metrics.get("comparison")
-    if isinstance(comparison, dict) and isinstance(comparison.get("difference"), dict):  # --repeats: over seeds
-        console.print(f"comparison (paired, per seed): difference {_shown(comparison['difference'])}", soft_wrap=True)
-    elif isinstance(comparison, dict) and "difference" in comparison:
-        c = comparison
-        console.print(f"[bold]{c['other_name']} vs {c['baseline_name']}[/] on {c['split']} {c['metric']}: "
-                      f"{c['other']:.4f} vs {c['baseline']:.4f}, difference {c['difference']:+.4f} "
-                      f"({c['confidence']:.0%} paired bootstrap CI {c['ci_low']:+.4f} .. {c['ci_high']:+.4f}, "
-                      f"n={c['n']} examples)", soft_wrap=True)
-
-
 def _dry_run(run_ctx) -> None:
     import yaml
 
@@ -174,6 +139,7 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
         debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Run a strategy on a task: cached stages, run.json, metrics.json, predictions/, model/ (safetensors)."""
     from kinject import engine
+    from kinject.results import print_metrics
 
     if quick:
         sets = [*(sets or []), "protocol=quick"]
@@ -205,48 +171,14 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
         if first.members:
             console.print_json(data=metrics)
         else:
-            _print_metrics(f"metrics ({out})", metrics)
+            print_metrics(console, f"metrics ({out})", metrics)
         return
     summary = engine.execute_repeats(runs, out)
     if engine.is_main_process():
         if first.members:
             console.print_json(data=summary)
         else:
-            _print_metrics(f"mean ± std over {repeats} seeds ({out})", summary)
-
-
-@app.command("eval")
-def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model directory"),
-             task: str = typer.Option(..., "--task", "-t"),
-             sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a spec field: a.b=c"),
-             data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
-             limit: Optional[int] = typer.Option(None, min=1),
-             output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write metrics.json and "
-                                                   "predictions/ here"),
-             debug: bool = typer.Option(False, "--debug")):
-    """Evaluate a saved model on a task's dev and test splits."""
-    import json
-    import tempfile
-
-    from kinject import engine
-    from kinject.errors import KinjectError
-    from kinject.stages import evaluate_model, write_predictions
-
-    if not (model_dir / "config.json").exists():
-        raise KinjectError(f"{model_dir}: not a model directory (no config.json)")
-    spec = _spec_from_cli("finetune", task, str(model_dir), None, sets, None, None, limit, data_dir, None)
-    run_ctx = engine.prepare(spec)
-    spec = run_ctx.spec  # with the task's recommended settings (e.g. max_length) and the resolved precision
-    with tempfile.TemporaryDirectory() as work:
-        metrics, records = evaluate_model(model_dir, run_ctx.task, run_ctx.env, spec.training.eval_batch_size,
-                                          spec.model.max_length, Path(work),
-                                          tuple(spec.training.eval_splits) if spec.training.eval_splits else None,
-                                          spec.model.attn_implementation, bool(spec.training.bf16))
-    if output:
-        with engine.run_folder(output, run_ctx, "eval") as folder:
-            (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
-            write_predictions(records, folder / "predictions")
-    _print_metrics(f"{model_dir} on {task}", metrics)
+            print_metrics(console, f"mean ± std over {repeats} seeds ({out})", summary)
 
 
 @app.command()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from kinject.api import KinjectError, ModelRef, SpecError, Stage, TrainingSpec, finetune_body, finetune_stage
+from kinject.api import KinjectError, ModelRef, SpecError, Stage, TrainingSpec
+from kinject.plugins.training import finetune_body, finetune_stage
 
 from .config import NEEDS_TEACHER, DoktraConfig
 from .distill import distill_body

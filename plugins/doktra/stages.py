@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kinject.api import NOT_KEYED, FinetuneConfig, Head, ModelRef, StageConfig, TaskRef, TrainingSpec
+from kinject.api import Head, ModelRef, NOT_KEYED, StageConfig, TaskRef, TrainingSpec
+from kinject.plugins.training import FinetuneConfig
 
 
 # -- calibrated fine-tuning (CTT, cp-only) and the given teacher ------------------------------------- #

@@ -45,7 +45,7 @@ class DoktraStrategy(Strategy):
         return teacher
 
     def stages(self, run) -> list[Stage]:
-        from kinject.api import evaluate_stage, finetune_stage
+        from kinject.plugins.training import evaluate_stage, finetune_stage
         from kinject.plugins.evidence.stage import compare_stage
 
         cfg, teacher = self.config, run.resolved

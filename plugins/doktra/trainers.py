@@ -1,4 +1,4 @@
-"""HF Trainer subclasses for DoKTra's losses (passed to ``kinject.training.train(trainer_cls=...)``).
+"""HF Trainer subclasses for DoKTra's losses (passed to ``kinject.plugins.training.train(trainer_cls=...)``).
 
 * :func:`calibrated_trainer`: L = mean(CE - beta H(p)) - calibrated teacher training (CTT) and cp-only.
 * :func:`distill_trainer`: before the switch step the distillation loss (the scaled AB hinge on the

@@ -9,7 +9,8 @@ import json
 import logging
 from pathlib import Path
 
-from kinject.api import DataError, SourceRef, SpecError, Stage, evaluate_stage, finetune_stage
+from kinject.api import DataError, SourceRef, SpecError, Stage
+from kinject.plugins.training import evaluate_stage, finetune_stage
 
 from .config import KimeraConfig
 from .stages import (AnalysisConfig, GivenMaskConfig, MaskConfig, PrunedConfig, RandomMaskConfig, RetrainConfig,

@@ -8,7 +8,8 @@ import json
 import torch
 from torch import nn
 
-from kinject.api import StageContext, save_model
+from kinject.api import StageContext
+from kinject.plugins.training import save_model
 
 from .gating import head_layout
 from .masks import load_mask

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from kinject.api import StageContext, load_task_model, load_tokenizer
+from kinject.api import StageContext, load_tokenizer
+from kinject.plugins.training import load_task_model
 
 from .importance import normalize_importance, score_heads
 from .masks import load_mask

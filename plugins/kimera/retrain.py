@@ -21,8 +21,9 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from kinject.api import (HookCallback, KinjectError, StageContext, TrainingSpec, is_main_process, last_checkpoint,
-                         length_grouped_batches, quiet_progress, save_model, training_arguments)
+from kinject.api import KinjectError, StageContext, TrainingSpec, is_main_process
+from kinject.plugins.training import (HookCallback, last_checkpoint, length_grouped_batches, quiet_progress, save_model,
+                                      training_arguments)
 
 from .gating import HeadGates, head_layout
 from .heldout import build_retraining_data, score_heldout
@@ -114,7 +115,7 @@ class MultiTaskBatchSampler:
     ``sampling="proportional"``: every batch of every task once per epoch, shuffled together (a task's share of
     the batches is its share of the rows). ``"uniform"``: the tasks take turns in a shuffled order each turn,
     for as many turns as the largest task has batches; a smaller task starts a new shuffled pass when it runs
-    out. ``batches_of(lengths, batch_size, seed)`` yields index lists for one task (kinject.training's
+    out. ``batches_of(lengths, batch_size, seed)`` yields index lists for one task (kinject.plugins.training's
     length_grouped_batches); a task whose alpha is 0 is left out.
 
     An epoch's plan depends only on the seed and the epoch, which the Trainer sets (:meth:`set_epoch`), so a run

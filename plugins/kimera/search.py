@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kinject.api import KinjectError, StageContext, load_task_model, load_tokenizer, plain
+from kinject.api import KinjectError, StageContext, load_tokenizer, plain
+from kinject.plugins.training import load_task_model
 
 from .importance import search_mask
 from .masks import save_masks

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kinject.api import Stage, Strategy, evaluate_stage, finetune_stage
+from kinject.api import Stage, Strategy
+from kinject.plugins.training import evaluate_stage, finetune_stage
 
 from .config import KimeraConfig
 from .plan import (EVALUATE, PHASE1, PRUNED_EVALUATE, Resolved, mask_stages, pruned_stages, resolve,

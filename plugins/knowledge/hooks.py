@@ -6,7 +6,8 @@ the strategy (a third party's too)."""
 
 from __future__ import annotations
 
-from kinject.api import EvaluateConfig, Stage, files_fingerprint, hookimpl
+from kinject.api import Stage, files_fingerprint, hookimpl
+from kinject.plugins.training import EvaluateConfig
 
 BASE_STAGE = "probe-base"
 PROBE_STAGE = "probe"

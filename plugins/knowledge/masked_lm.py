@@ -198,8 +198,9 @@ def train_mlm(model, dataset, collator, training, work: Path, seed: int, stage: 
     labels (:func:`sparse_prediction`) unless ``sparse`` is off. Returns loss, steps, tokens/s."""
     from transformers import Trainer, set_seed
 
-    from kinject.api import (EpochCallback, HookCallback, PaddingCounter, last_checkpoint, quiet_progress,
-                             training_arguments, world_size)
+    from kinject.api import world_size
+    from kinject.plugins.training import (EpochCallback, HookCallback, PaddingCounter, last_checkpoint, quiet_progress,
+                                          training_arguments)
 
     set_seed(seed)
     counter = PaddingCounter(collator)

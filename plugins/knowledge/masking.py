@@ -26,7 +26,7 @@ class WholeWordMaskCollator:
     single tokens (``unit="token"``: each token selected and replaced independently); -100 elsewhere.
 
     Randomness: ``generator`` when given; else, with ``seed``, a generator seeded by the seed, the epoch
-    (:meth:`set_epoch`, called by the Trainer through :class:`kinject.api.EpochCallback`) and the batch's
+    (:meth:`set_epoch`, called by the Trainer through :class:`kinject.plugins.training.EpochCallback`) and the batch's
     tokens, so the masks of a batch never depend on what was drawn before it: a run resumed in the middle of an
     epoch masks every later batch as the uninterrupted run did, and each epoch masks anew (dynamic masking)."""
 

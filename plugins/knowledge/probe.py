@@ -24,7 +24,8 @@ from typing import Any
 
 from pydantic import Field, SerializeAsAny
 
-from kinject.api import NOT_KEYED, RUN_METRICS_FILE, EvaluateConfig, ModelRef, StageConfig, StageContext, is_main_process
+from kinject.api import ModelRef, NOT_KEYED, RUN_METRICS_FILE, StageConfig, StageContext, is_main_process
+from kinject.plugins.training import EvaluateConfig
 
 PROBE_FILE = "probe.json"
 CHANCE = 0.5  # balanced yes/no pairs

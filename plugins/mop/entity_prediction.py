@@ -238,7 +238,7 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     from safetensors.torch import load_file, save_file
     from transformers import set_seed
 
-    from kinject.api import train
+    from kinject.plugins.training import train
     from kinject.plugins.knowledge.kg.batching import KGCollator
 
     folder = ctx.inputs[cfg.partition_stage]

@@ -28,7 +28,8 @@ from adapters.methods.bottleneck import BottleneckLayer
 from adapters.methods.modeling import BertFusion
 from torch import nn
 
-from kinject.api import EvaluateConfig, FinetuneConfig, Head, StageContext
+from kinject.api import Head, StageContext
+from kinject.plugins.training import EvaluateConfig, FinetuneConfig
 
 from .part_adapters import check_loaded_adapter, quiet_activation, saved_adapter_name
 
@@ -216,7 +217,7 @@ def save_fused_model(model, tokenizer, directory: Path, setup: Fuse | str, mixtu
     """``save_pretrained`` (adapters writes its adapter and fusion configs into config.json) plus what MoP needs
     to rebuild the mixture: ``config.mop`` and ``config.kinject_strategy``. ``setup``: the fusion, or the name of a
     single adapter used alone."""
-    from kinject.api import save_model
+    from kinject.plugins.training import save_model
 
     model.config.kinject_strategy = "mop"
     model.config.mop = {"adapters": list(setup.children) if isinstance(setup, Fuse) else [setup], **mixture}
@@ -251,7 +252,7 @@ def load_fused_model(directory: Path, head_kind: str | None = None, attn_impleme
             for key, layer in extra.items():
                 layer.w_noise.data.copy_(weights.get_tensor(key))
     if getattr(config, "kinject_pooling", "cls") == "mean" and not token:
-        from kinject.api import MeanPooler
+        from kinject.plugins.training import MeanPooler
 
         MeanPooler.install(model)
     with quiet_activation():

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from kinject.api import SourceRef, SpecError, Stage, TrainingSpec, evaluate_stage, finetune_stage
+from kinject.api import SourceRef, SpecError, Stage, TrainingSpec
+from kinject.plugins.training import evaluate_stage, finetune_stage
 
 from .config import MopConfig
 from .entity_prediction import adapter_body

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kinject.api import SpecError, Stage, Strategy, evaluate_stage, finetune_stage
+from kinject.api import SpecError, Stage, Strategy
+from kinject.plugins.training import evaluate_stage, finetune_stage
 
 from .config import MopConfig
 from .part_adapters import resolve_adapter_config

@@ -190,7 +190,7 @@ def run_label(cfg: PretrainConfig) -> str:
 def task_stages(cfg: PretrainConfig, run) -> list[Stage]:
     """Fine-tune the base model (the finetune strategy's stages and keys) and the pretrained one, compare them
     paired, and report; the task models stay in the cache (the run's model/ is the pretrained encoder)."""
-    from kinject.api import evaluate_stage, finetune_stage
+    from kinject.plugins.training import evaluate_stage, finetune_stage
     from kinject.plugins.evidence.stage import compare_stage
 
     return [dataclasses.replace(finetune_stage(run), produces_model=False),

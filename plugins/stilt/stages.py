@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kinject.api import FinetuneConfig, StageContext
+from kinject.api import StageContext
+from kinject.plugins.training import FinetuneConfig
 
 
 class IntermediateConfig(FinetuneConfig):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kinject.api import (DataError, DataMissingError, Stage, Strategy, Task, evaluate_stage, finetune_body,
-                         finetune_stage)
+from kinject.api import DataError, DataMissingError, Stage, Strategy, Task
+from kinject.plugins.training import evaluate_stage, finetune_body, finetune_stage
 
 from .config import StiltConfig, build_intermediate_task, intermediate_training
 from .stages import IntermediateConfig

@@ -1,5 +1,5 @@
 """Dynamic padding for KG training sets (useful-token fraction >= 0.9); the length-grouped batches are
-:func:`kinject.training.length_grouped_batches`."""
+:func:`kinject.plugins.training.length_grouped_batches`."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kinject.api import Stage, Strategy, evaluate_stage, finetune_stage
+from kinject.api import Stage, Strategy
+from kinject.plugins.training import evaluate_stage, finetune_stage
 from kinject.plugins.knowledge.default import triples_source
 from kinject.plugins.knowledge.masked_lm import missing_mlm_head
 from kinject.plugins.knowledge.mlm import mlm_model_ref, mlm_stage, pack_stage

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from kinject.spec import TrainingSpec
+from kinject.api import TrainingSpec
 
 
 def length_grouped_batches(lengths: np.ndarray | Sequence[int], batch_size: int, seed: int | None = None,
@@ -232,7 +232,7 @@ class HookCallback:
         from transformers import TrainerCallback
 
         def announce(metrics: dict, step: int) -> None:
-            from kinject.hooks import plugin_manager
+            from kinject.api import plugin_manager
 
             plugin_manager().hook.kinject_metrics_logged(stage=stage, metrics=metrics, step=step)
 
@@ -288,7 +288,7 @@ def train(model, features, collator: Callable, training: TrainingSpec, work: Pat
     ``length`` column, which stays memory-mapped). Returns training stats (loss, samples/s, useful-token
     fraction). Checkpoints go to ``work``; ``resume`` restarts from the last one there. ``scorer(model)``
     (see :func:`dev_scorer`) is called every ``training.eval_steps`` steps; with ``training.selection`` best and a
-    ``selection_metric``, it also selects the best model on dev (:mod:`kinject.selection`; ``stats["selection"]``)."""
+    ``selection_metric``, it also selects the best model on dev (:mod:`.selection`; ``stats["selection"]``)."""
     from transformers import Trainer, set_seed
 
     set_seed(seed)
@@ -309,7 +309,7 @@ def train(model, features, collator: Callable, training: TrainingSpec, work: Pat
     selecting = training.selection == "best" and scorer is not None and selection_metric is not None
     selection = None
     if selecting:
-        from kinject.selection import DevSelection
+        from .selection import DevSelection
 
         selection = DevSelection(scorer, selection_metric, work, training.select_every, training.patience,
                                  checkpoint, stage)
@@ -337,7 +337,7 @@ def head_optimizer(model, training: TrainingSpec):
     decay on weights, not on biases and LayerNorms, as the Trainer does); the Trainer adds the schedule."""
     import torch
 
-    from kinject.peft_tuning import HEAD_MODULES, is_head_parameter
+    from .peft_tuning import HEAD_MODULES, is_head_parameter
 
     groups: dict[tuple[bool, bool], list] = {}
     for name, param in model.named_parameters():
@@ -347,7 +347,7 @@ def head_optimizer(model, training: TrainingSpec):
         decay = param.ndim > 1 and "LayerNorm" not in name and "layer_norm" not in name
         groups.setdefault((head, decay), []).append(param)
     if not any(head for head, _ in groups):
-        from kinject.errors import SpecError
+        from kinject.api import SpecError
 
         raise SpecError(f"training.head_learning_rate: {type(model).__name__} has no task head "
                         f"({', '.join(HEAD_MODULES)})")
@@ -376,7 +376,7 @@ def predict(model, features: list[dict], collator: Callable, batch_size: int, wo
     """
     from transformers import Trainer, TrainingArguments
 
-    from kinject.distributed import world_size
+    from kinject.api import world_size
 
     order = _by_length(features)
     cpu = not _cuda()
@@ -464,27 +464,12 @@ def _reset_precision(bf16: bool) -> None:
         AcceleratorState._reset_state()
 
 
-def native_bf16() -> bool:
-    """Whether this machine computes bfloat16 natively: a CUDA GPU that supports it, else a CPU with the
-    AVX512-BF16 or AMX-BF16 instructions (Linux: /proc/cpuinfo). Elsewhere bf16 autocast is slower than float32."""
-    import torch
-
-    if torch.cuda.is_available():
-        return bool(torch.cuda.is_bf16_supported())
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = next((line for line in handle if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 class float32_head:
     """Context: the task head (:data:`HEAD_MODULES`) runs in float32 even under bfloat16 autocast. A bf16 head
     rounds logits to ~3 significant digits, which ties candidates that a ranking must order."""
 
     def __init__(self, model, enabled: bool = True):
-        from kinject.peft_tuning import HEAD_MODULES
+        from .peft_tuning import HEAD_MODULES
 
         self.heads = [getattr(model, name) for name in HEAD_MODULES if enabled and hasattr(model, name)]
 

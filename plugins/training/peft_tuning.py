@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kinject.interfaces import Head
-from kinject.spec import PeftSpec
+from kinject.api import Head, PeftSpec
 
 HEAD_MODULES = ("classifier", "score", "qa_outputs")  # the task heads transformers' Auto*For* classes add
 

@@ -36,11 +36,11 @@ class DevSelection:
             return work / f"best-step-{step}.safetensors"
 
         def evaluate(args, trainer_state, control, model) -> None:
-            from kinject.hooks import plugin_manager
+            from kinject.api import plugin_manager
 
             scores = scorer(model)
             if metric not in scores:
-                from kinject.errors import KinjectError
+                from kinject.api import KinjectError
 
                 raise KinjectError(f"training.selection: the dev split reports no {metric!r} ({', '.join(scores)})")
             step, value = trainer_state.global_step, float(scores[metric])
@@ -94,7 +94,7 @@ class DevSelection:
                     return
                 from safetensors.torch import load_file
 
-                from kinject.distributed import barrier
+                from kinject.api import barrier
 
                 barrier()  # DDP: process 0 has written the best weights before any process reads them
                 path = best_file(state["best_step"])

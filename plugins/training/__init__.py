@@ -1,0 +1,40 @@
+"""kinject's training library: the fine-tune and evaluate stages every strategy reuses (:mod:`.stages`), the task
+models they build and load (:mod:`.task_models`), training and prediction through the HF Trainer (:mod:`.loop`),
+dev-based model selection (:mod:`.selection`), peft adapters (:mod:`.peft_tuning`), and `kinject eval`.
+
+Strategies import the builders from here::
+
+    from kinject.plugins.training import evaluate_stage, finetune_stage
+
+It builds on the kernel (:mod:`kinject.api`) only; the knowledge library and every method build on it.
+Names imported from here count, in a stage's cache key, as imports of the module that defines them.
+"""
+
+from __future__ import annotations
+
+__kinject_facade__ = True
+
+import importlib
+
+_EXPORTS = {  # name -> the module defining it; imported on first use, so `kinject list` reading `eval` loads nothing
+    ".loop": ("EpochCallback", "HookCallback", "PaddingCounter", "dev_scorer", "float32_head", "last_checkpoint",
+              "length_grouped_batches", "predict", "quiet_progress", "train", "training_arguments",
+              "useful_token_fraction"),
+    ".stages": ("EvaluateConfig", "FinetuneConfig", "evaluate_body", "evaluate_model", "evaluate_stage",
+                "finetune_body", "finetune_stage", "write_predictions"),
+    ".task_models": ("MeanPooler", "build_task_model", "load_task_model", "save_model"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

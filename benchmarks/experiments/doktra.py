@@ -38,9 +38,14 @@ are compared with that student and with the student fine-tuned alone for 5 epoch
 fine-tuned for 3 epochs (after 1 its dev macro-F1, 0.752, was below the 5-epoch student's), HoC's betas (0), seed 42;
 run as two lanes of one thread each (DoKTra; the control, the 3-epoch student, then KD).
 
+What was run next (`--refine`; docs/results.md, same section): the same, with the switch at 0.5 - one epoch of ABD
+(or KD), one of refinement - to see whether ABD followed by enough cross-entropy recovers what it costs; DoKTra
+first (it recomputes the teacher and the student), then KD on the cached stages; seed 42.
+
 Usage:
   python benchmarks/experiments/doktra.py --cpu [--run]   # the CPU experiment above
   python benchmarks/experiments/doktra.py --learning [--run]   # the 2026-11-27 experiment above
+  python benchmarks/experiments/doktra.py --refine [--run]     # its refinement arm (switch at 0.5)
   python benchmarks/experiments/doktra.py --gpu [--run]   # the GPU experiment above
   python benchmarks/experiments/doktra.py                 # print the grid's commands
   python benchmarks/experiments/doktra.py --run           # run them one after another
@@ -137,9 +142,19 @@ def learning(out: str) -> list[list[str]]:
             [*base, "--set", "strategy.variant=kd", "-o", f"{out}/kd"]]
 
 
+def refine(out: str) -> list[list[str]]:
+    """The ``learning`` runs with the switch at 0.5 of the distillation steps: one epoch of ABD (or KD), one of
+    refinement."""
+    doktra, _, start, kd = learning(out)
+    half = ["--set", "strategy.gamma=0.5"]
+    return [[*doktra[:-2], *half, "-o", f"{out}/doktra-g05"], start, [*kd[:-2], *half, "-o", f"{out}/kd-g05"]]
+
+
 def grid(out: str, pilot: bool) -> list[list[str]]:
     if os.environ.get("KINJECT_EXPERIMENT") == "learning":
         return learning(out)
+    if os.environ.get("KINJECT_EXPERIMENT") == "refine":
+        return refine(out)
     if os.environ.get("KINJECT_EXPERIMENT") == "cpu":
         return cpu(out)
     if os.environ.get("KINJECT_EXPERIMENT") == "gpu":
@@ -151,7 +166,7 @@ def grid(out: str, pilot: bool) -> list[list[str]]:
 
 
 if __name__ == "__main__":
-    for mode in ("cpu", "gpu", "learning"):
+    for mode in ("cpu", "gpu", "learning", "refine"):
         if f"--{mode}" in sys.argv:
             sys.argv.remove(f"--{mode}")
             os.environ["KINJECT_EXPERIMENT"] = mode

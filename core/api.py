@@ -18,9 +18,13 @@ from kinject.interfaces import (RUN_METRICS_FILE, Component, Environment, Evalua
                                 Stage, StageConfig, StageContext, Strategy, Task, TaskGroup, Triple)
 # -- what a stage config holds (its key) --------------------------------------------------------------- #
 from kinject.fingerprint import NOT_KEYED, stable_hash
-from kinject.refs import ModelRef, SourceRef, TaskRef, files_fingerprint, model_fingerprint
-from kinject.spec import (FILE_PATH, ModelSpec, PeftSpec, PluginRef, RunSpec, TrainingOverrides, TrainingSpec,
-                          validate_plugin_config)
+from kinject.refs import (HoldOutRef, InputTransform, ModelRef, SourceRef, TaskRef, files_fingerprint,
+                          model_fingerprint)
+from kinject.spec import (FILE_PATH, KnowledgeSpec, ModelSpec, PeftSpec, PluginRef, RunSpec, TrainingOverrides,
+                          TrainingSpec, validate_plugin_config)
+# -- knowledge on one footing: held-out facts, the dose a stage consumed --------------------------------- #
+from kinject.knowledge import (DOSE_FILE, HeldOutFacts, HeldOutSource, fact_key, fact_keys, facts_digest,
+                               held_out_count, words, write_dose)
 # -- errors (one line, exit 2) ------------------------------------------------------------------------- #
 from kinject.errors import (DataError, DataMissingError, KinjectError, PluginLoadError, SpecError,
                             UnknownNameError)

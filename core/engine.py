@@ -11,6 +11,7 @@ crash never leaves a stage that looks finished. Everything that can fail on user
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import platform
@@ -56,6 +57,7 @@ class RunContext:
     protocol: dict[str, Any] = field(default_factory=dict)  # the strategy's protocol preset applied to it
     output: Path | None = None  # the run folder, once the run executes
     resolved: Any = None  # what the strategy's validate returned, for its stages
+    holdout: Any = None  # the facts every knowledge source holds out (kinject.refs.HoldOutRef; None: none)
     _refs: dict[str, Any] = field(default_factory=dict)
 
     def model_ref(self):
@@ -81,11 +83,22 @@ class RunContext:
         return self._refs[key]
 
     def source_refs(self) -> list:
+        """The run's knowledge sources as stage configs hold them (with the facts the run holds out)."""
+        if "sources" not in self._refs:
+            self._refs["sources"] = [self.source_ref(s) for s in self.sources]
+        return self._refs["sources"]
+
+    def source_ref(self, source: KnowledgeSource, env: Environment | None = None):
+        """A knowledge source (the run's, or one a strategy defaults to) as a stage config holds it, with the facts
+        the run holds out of every source (``knowledge.exclude``)."""
         from kinject.refs import SourceRef
 
-        if "sources" not in self._refs:
-            self._refs["sources"] = [SourceRef.of(s, self.env) for s in self.sources]
-        return self._refs["sources"]
+        return SourceRef.of(source, env or self.env).holding_out(self.holdout)
+
+    @property
+    def knowledge_epochs(self) -> float | None:
+        """The knowledge dose the run asks for (``knowledge.epochs``; None: the strategy's own budget)."""
+        return self.spec.knowledge.epochs
 
     def hooks(self):
         from kinject.hooks import plugin_manager
@@ -178,13 +191,63 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     for source in sources:
         with plugin_code("sources", source):
             source.check(env)
+    run.holdout = _holdout(run)
     with plugin_code("strategies", strategy):
         run.resolved = strategy.validate(run)
         run.stages = strategy.stages(run)
     for extra in run.hooks().kinject_extra_stages(run=run):  # e.g. the knowledge probe, for every strategy
         run.stages.extend(extra or [])
+    if run.holdout is not None:  # every source of every stage, the defaults a strategy builds itself included
+        run.stages = [dataclasses.replace(stage, config=_holding_out(stage.config, run.holdout))
+                      for stage in run.stages]
     _check_stages(run)
     return run
+
+
+def _holdout(run: RunContext):
+    """The facts every knowledge source of the run holds out (``knowledge.exclude`` of the task's splits, and
+    ``knowledge.exclude_file``); None when there are none."""
+    from kinject.refs import HoldOutRef
+
+    spec = run.spec.knowledge
+    splits = [s for s in spec.exclude if run.task is not None and s in (run.task.train_split, *run.task.eval_splits)]
+    if spec.exclude_file and not Path(spec.exclude_file).expanduser().is_file():
+        raise SpecError(f"knowledge.exclude_file: {spec.exclude_file} is not a file (head<TAB>relation<TAB>tail lines)")
+    if not splits and not spec.exclude_file:
+        return None
+    file = str(Path(spec.exclude_file).expanduser().resolve()) if spec.exclude_file else None
+    with plugin_code("tasks", run.task) if run.task is not None else _nothing():
+        return HoldOutRef.of(run.task, run.env, splits, file)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _holding_out(value: Any, holdout: Any) -> Any:
+    """``value`` (a stage config, or part of one) with every SourceRef in it holding the run's facts out."""
+    from pydantic import BaseModel
+
+    from kinject.refs import SourceRef
+
+    if isinstance(value, SourceRef):
+        return value.holding_out(holdout)
+    if isinstance(value, BaseModel):
+        changed = {}
+        for name in type(value).model_fields:
+            item = getattr(value, name)
+            new = _holding_out(item, holdout)
+            if new is not item:
+                changed[name] = new
+        return value.model_copy(update=changed) if changed else value
+    if isinstance(value, (list, tuple)):
+        items = [_holding_out(item, holdout) for item in value]
+        return type(value)(items) if any(a is not b for a, b in zip(items, value)) else value
+    if isinstance(value, dict):
+        items = {k: _holding_out(v, holdout) for k, v in value.items()}
+        return items if any(items[k] is not value[k] for k in value) else value
+    return value
 
 
 @contextmanager
@@ -429,6 +492,12 @@ def _run_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, An
                             "seconds": round(seconds, 3), "dir": str(planned.folder)})
             _collect(planned.folder, planned.stage, state)
         metrics = {**state["metrics"], **{k: v for k, v in state["sections"].items() if k not in state["metrics"]}}
+        from kinject.knowledge import combine_doses, dose_line
+
+        dose = combine_doses([(r["name"], Path(r["dir"])) for r in records])
+        if dose is not None:  # what the run's knowledge-consuming stages consumed (kinject.knowledge)
+            metrics["dose"] = dose
+            log.info("%s", dose_line(dose))
         if state["comparison"] is not None:
             metrics = {**metrics, "comparison": state["comparison"]}
         state["wall_seconds"] = round(time.perf_counter() - started, 3)
@@ -463,7 +532,8 @@ def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, me
     note = type(run.task).recommended_note if run.task is not None else ""
     info = {"spec": resolved, "command": run.command, "recommended": {"applied": run.recommended, "how": note},
             "protocol": {"name": run.spec.protocol, "applied": run.protocol},
-            "stages": records, "wall_seconds": state.get("wall_seconds"), "versions": _versions(),
+            "knowledge": knowledge_record(run), "stages": records, "wall_seconds": state.get("wall_seconds"),
+            "versions": _versions(),
             "git_sha": _git_sha(), "seed": run.spec.seed, "data": describe_data(run),
             "model_path": run.model_path, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (tmp / "run.json").write_text(json.dumps(info, indent=2, default=str))
@@ -472,6 +542,14 @@ def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, me
         copy_tree(state["model"], tmp / "model")
     for path in state["exports"]:  # stage artifacts a person reads (plots, masks, predictions)
         copy_tree(path, tmp / path.name)
+
+
+def knowledge_record(run: RunContext) -> dict:
+    """run.json's ``knowledge``: the dose asked for and the facts held out of every source."""
+    spec, held = run.spec.knowledge, run.holdout
+    return {"epochs": spec.epochs, "exclude": list(spec.exclude), "exclude_file": spec.exclude_file,
+            "held_out": None if held is None else {"facts": held.facts, "digest": held.digest,
+                                                  "splits": list(held.splits), "file": held.file}}
 
 
 def execute_repeats(runs: list[RunContext], output: Path) -> dict[str, Any]:

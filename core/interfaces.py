@@ -51,6 +51,11 @@ class Evaluator(Component):
         evaluator of a metric). Every evaluator declares them."""
         raise NotImplementedError(f"evaluator {self.name!r} does not declare its metric names")
 
+    def greater_is_better(self, metric: str) -> bool:
+        """The metric's direction: True (default) when a higher value is better, False for an error or a loss (ECE).
+        Dev selection, sweeps, leaderboards and verdicts read it."""
+        return True
+
     @classmethod
     def options_for(cls, metric: str) -> dict[str, Any] | None:
         """The options under which this evaluator reports ``metric`` (None: it never does), so a metric named
@@ -107,6 +112,11 @@ class KnowledgeSource(Component):
 
     def iter_triples(self, env: "Environment") -> Iterator[Triple]:  # kind == "triples"
         raise NotImplementedError(f"{self.name} yields no triples")
+
+    def entity_texts(self, env: "Environment") -> Iterator[tuple[str, tuple[str, ...], str]]:
+        """(name, synonyms, definition) of the graph's entities where the source knows them (e.g. HPO terms); used
+        to link texts to the graph (the ``context`` strategy). Default: none."""
+        return iter(())
 
     def iter_texts(self, env: "Environment") -> Iterator[str]:  # kind == "corpus"
         raise NotImplementedError(f"{self.name} yields no texts")
@@ -184,6 +194,11 @@ class Task(Component):
             self.validate(env)
         self.read_files = sorted(seen)
 
+    def facts(self, split: str, env: Environment) -> list[Triple]:
+        """The knowledge-graph facts this split's items are built from (e.g. hpo-isa's is-a edges; default: none). A
+        run holds them out of every knowledge source (``knowledge.exclude``), so every method sees the same facts."""
+        return []
+
     def describe_data(self, env: Environment) -> str:
         """Which dataset a run used (printed and recorded in run.json)."""
         return self.dataset or self.name
@@ -222,6 +237,15 @@ class Task(Component):
         if not names:
             raise NotImplementedError(f"task {self.name!r} declares no metrics (metric_refs)")
         return names[0]
+
+    def greater_is_better(self, metric: str) -> bool:
+        """The direction of one of the task's metrics (its evaluator's :meth:`Evaluator.greater_is_better`; counts
+        and unknown names: True)."""
+        for ref in self.metric_refs():
+            evaluator = ref.build()
+            if metric in evaluator.metric_names():
+                return evaluator.greater_is_better(metric)
+        return True
 
     def selection_metric(self) -> str:
         """The metric searches optimise (head masks, sweeps): the primary one unless that is too coarse."""

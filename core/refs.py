@@ -89,6 +89,49 @@ def model_fingerprint(name: str, path: str, revision: str | None) -> str:
 
 
 # -- task ------------------------------------------------------------------------------------------ #
+class InputTransform(Ref):
+    """A strategy's change to a task's inputs, applied wherever the task's examples are read (training, dev
+    selection, evaluation): ``function`` ("module:function") is called as ``function(examples, split, env,
+    transform) -> examples``; ``options`` and ``sources`` (knowledge sources it reads: keyed, holding the run's facts
+    out like every source) are what it may use. E.g. knowledge handed to the model as text beside each input."""
+
+    function: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    sources: tuple["SourceRef", ...] = ()
+
+    def code_modules(self) -> list[str]:
+        return [self.function.partition(":")[0], *(m for s in self.sources for m in s.code_modules())]
+
+    def apply(self, examples: list[dict], split: str, env: Environment) -> list[dict]:
+        import importlib
+
+        module, _, name = self.function.partition(":")
+        return getattr(importlib.import_module(module), name)(examples, split, env, self)
+
+
+class TransformedTask:
+    """A task whose examples pass through an :class:`InputTransform`; everything else is the task's own. Records a
+    transform adds to an example under ``context`` are copied into that example's prediction record."""
+
+    def __init__(self, task: Task, transform: InputTransform):
+        self.task, self.transform = task, transform
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["task"], name)
+
+    def examples(self, split: str, env: Environment) -> list[dict]:
+        return self.transform.apply(self.task.examples(split, env), split, env)
+
+    def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,
+                    env: Environment) -> list[dict]:
+        records = self.task.predictions(split, examples, features, predictions, env)
+        if len(records) == len(examples):
+            for record, example in zip(records, examples):
+                if "context" in example:
+                    record["context"] = example["context"]
+        return records
+
+
 class TaskRef(Ref):
     """A task by name with its validated options, the data it reads and the sampling that shapes it."""
 
@@ -100,6 +143,7 @@ class TaskRef(Ref):
     max_chars: int | None = Field(None, description="Texts are cut to this many characters when read.")
     fold: tuple[int, int, int] | None = Field(None, description="Cross-validation fold (i, k, seed) of the train split.")
     data_dir: str = Field(".", json_schema_extra=NOT_KEYED)
+    inputs: InputTransform | None = Field(None, description="A strategy's transform of the task's inputs.")
     _task: Task | None = PrivateAttr(None)
 
     @classmethod
@@ -113,13 +157,13 @@ class TaskRef(Ref):
         return ref
 
     def code_modules(self) -> list[str]:
-        """The task's module and those of the evaluators it scores with."""
-        task = self.build()
+        """The task's module, those of the evaluators it scores with and of an input transform."""
+        task = self.raw()
         evaluators = [type(ref.build()).__module__ for ref in task.metric_refs()]
-        return [type(task).__module__, *evaluators]
+        return [type(task).__module__, *evaluators, *(self.inputs.code_modules() if self.inputs else [])]
 
-    def build(self) -> Task:
-        """The task object (the run's own instance when in the same process)."""
+    def raw(self) -> Task:
+        """The task object as configured (the run's own instance when in the same process)."""
         if self._task is None:
             from kinject.registry import registry
 
@@ -127,21 +171,88 @@ class TaskRef(Ref):
             self._task = cls(cls.Config.model_validate(self.options))
         return self._task
 
+    def build(self) -> Task:
+        """The task a stage uses: :meth:`raw`, its inputs transformed when the reference carries a transform."""
+        task = self.raw()
+        return TransformedTask(task, self.inputs) if self.inputs is not None else task
+
+    def with_inputs(self, transform: InputTransform) -> "TaskRef":
+        """This reference with an input transform (same task object)."""
+        out = self.model_copy(update={"inputs": transform})
+        out._task = self._task
+        return out
+
     def environment(self, ctx: StageContext) -> Environment:
         return Environment(data_dir=Path(self.data_dir), cache_dir=ctx.cache_dir, seed=self.data_seed,
                            limit=self.limit, offline=ctx.offline, max_chars=self.max_chars, fold=self.fold)
 
 
+# -- held-out facts -------------------------------------------------------------------------------- #
+class HoldOutRef(Ref):
+    """The facts a run holds out of every knowledge source (``knowledge.exclude``): keyed by what they are (their
+    digest), rebuilt from where they come from (the task's splits, a file) when a stage reads a source."""
+
+    splits: tuple[str, ...] = ()
+    facts: int = Field(0, description="How many facts (name pairs) are held out.")
+    digest: str = Field("", description="What identifies the held-out set (kinject.knowledge.HeldOutFacts.digest).")
+    task: TaskRef | None = Field(None, json_schema_extra=NOT_KEYED)
+    file: str | None = Field(None, json_schema_extra=NOT_KEYED)
+    _facts: Any = PrivateAttr(None)
+
+    @classmethod
+    def of(cls, task: Task | None, env: Environment, splits: list[str], file: str | None) -> "HoldOutRef | None":
+        """The hold-out of a run (None when nothing is held out: no facts in these splits and no file)."""
+        import dataclasses
+
+        ref = cls(splits=tuple(splits) if task is not None else (), file=file,
+                  task=TaskRef.of(task, dataclasses.replace(env, limit=None)) if task is not None and splits else None)
+        facts = ref.held_out()
+        if not len(facts):
+            return None
+        out = ref.model_copy(update={"facts": len(facts), "digest": facts.digest})
+        out._facts = facts
+        return out
+
+    def code_modules(self) -> list[str]:
+        return self.task.code_modules() if self.task is not None else []
+
+    def held_out(self):
+        """The held-out facts (:class:`kinject.knowledge.HeldOutFacts`), computed once."""
+        if self._facts is None:
+            from kinject.knowledge import HeldOutFacts, read_fact_file
+
+            triples: list[tuple[str, str, str]] = []
+            if self.task is not None:
+                task = self.task.build()
+                env = Environment(data_dir=Path(self.task.data_dir), cache_dir=Path("."), seed=self.task.data_seed,
+                                  limit=None, max_chars=self.task.max_chars, fold=self.task.fold)
+                for split in self.splits:
+                    triples += [(t.head, t.relation, t.tail) for t in task.facts(split, env)]
+            if self.file:
+                triples += list(read_fact_file(Path(self.file)))
+            facts = HeldOutFacts(triples)
+            if self.digest and facts.digest != self.digest:
+                from kinject.errors import KinjectError
+
+                raise KinjectError(f"knowledge.exclude: the held-out facts changed since the run was planned "
+                                   f"(digest {facts.digest}, planned {self.digest})")
+            self._facts = facts
+        return self._facts
+
+
 # -- knowledge source ------------------------------------------------------------------------------ #
 class SourceRef(Ref):
-    """A knowledge source by name with its options and a fingerprint of the knowledge it yields."""
+    """A knowledge source by name with its options and a fingerprint of the knowledge it yields; ``holdout``: the
+    facts the run holds out of it (``build`` then returns it with them removed)."""
 
     name: str
     kind: str
     options: dict[str, Any] = Field(default_factory=dict)
     fingerprint: str = ""
     data_dir: str = Field(".", json_schema_extra=NOT_KEYED)
+    holdout: HoldOutRef | None = None
     _source: KnowledgeSource | None = PrivateAttr(None)
+    _held: Any = PrivateAttr(None)
 
     @classmethod
     def of(cls, source: KnowledgeSource, env: Environment) -> "SourceRef":
@@ -151,9 +262,10 @@ class SourceRef(Ref):
         return ref
 
     def code_modules(self) -> list[str]:
-        return [type(self.build()).__module__]
+        return [type(self.raw()).__module__, *(self.holdout.code_modules() if self.holdout else [])]
 
-    def build(self) -> KnowledgeSource:
+    def raw(self) -> KnowledgeSource:
+        """The source as configured, nothing held out."""
         if self._source is None:
             from kinject.registry import registry
 
@@ -161,5 +273,32 @@ class SourceRef(Ref):
             self._source = cls(cls.Config.model_validate(self.options))
         return self._source
 
+    def build(self) -> KnowledgeSource:
+        """The source a stage reads: with the run's held-out facts removed (:class:`kinject.knowledge.HeldOutSource`)
+        when it holds some out."""
+        if self.holdout is None:
+            return self.raw()
+        if self._held is None:
+            from kinject.knowledge import HeldOutSource
+
+            self._held = HeldOutSource(self.raw(), self.holdout.held_out())
+        return self._held
+
+    def holding_out(self, holdout: "HoldOutRef | None") -> "SourceRef":
+        """This reference with the run's hold-out (its fingerprint covers the held-out facts)."""
+        if holdout is None or self.holdout is not None:
+            return self
+        out = self.model_copy(update={"holdout": holdout})
+        out._source, out._held = self._source, None
+        return out
+
     def environment(self, ctx: StageContext, limit: int | None = None) -> Environment:
         return Environment(data_dir=Path(self.data_dir), cache_dir=ctx.cache_dir, limit=limit, offline=ctx.offline)
+
+    def environment_for(self, env: Environment) -> Environment:
+        """The source's environment where only another environment (e.g. a task's) is at hand."""
+        return Environment(data_dir=Path(self.data_dir), cache_dir=env.cache_dir, offline=env.offline)
+
+
+InputTransform.model_rebuild()
+TaskRef.model_rebuild()

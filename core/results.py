@@ -58,7 +58,7 @@ def print_metrics(console, title: str, metrics: dict) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for split, values in metrics.items():
-        if split in ("train", "comparison") or not isinstance(values, dict):
+        if split in ("train", "comparison", "dose") or not isinstance(values, dict):
             continue
         for name, value in values.items():
             if isinstance(value, (dict, int, float)) and not isinstance(value, bool):

@@ -201,6 +201,28 @@ class PluginRef(BaseModel):
         return dict(self.model_extra or {})
 
 
+class KnowledgeSpec(StrictModel):
+    """How much knowledge a run injects, and which facts every knowledge source holds out (docs/evidence.md,
+    "Knowledge on one footing")."""
+
+    epochs: float | None = Field(None, gt=0, description="The knowledge dose, the same way for every strategy: "
+                                 "epochs over the rows a strategy trains its knowledge on (KIMERA: its KG rows; MoP: "
+                                 "each part's triples; pretrain: its packed corpus; a third party's: what it maps it "
+                                 "to). Unset: each strategy's own budget setting (kg_steps, adapter_epochs, "
+                                 "mlm_steps). metrics.json's `dose` records what was consumed either way.")
+    exclude: list[Literal["train", "dev", "test"]] = Field(
+        ["dev", "test"], description="Hold out of every knowledge source (triples, texts, corpora) the facts the "
+        "task's items of these splits are built from (Task.facts: e.g. hpo-isa's is-a edges), for every strategy "
+        "alike: [dev, test] (default) makes the comparison one of generalisation; [] gives every method the "
+        "answers (memorisation). A task that declares no facts holds nothing out.")
+    exclude_file: str | None = Field(None, description="A file of further facts to hold out of every source "
+                                     "(head<TAB>relation<TAB>tail a line).", json_schema_extra={"path": True})
+    probe_source: PluginRef | None = Field(None, description="The graph the knowledge probe asks about (a triples "
+                                           "source, e.g. {name: hpo, include: [isa]}). Unset: the run's first triples "
+                                           "source, else the HPO is-a graph; `kinject grid` gives every arm of a task "
+                                           "the graph its knowledge arms inject, so all are probed on the same facts.")
+
+
 class RunSpec(StrictModel):
     """One run: model, task, strategy, knowledge sources, training settings, seed, output."""
 
@@ -219,6 +241,8 @@ class RunSpec(StrictModel):
     fold: str | None = Field(None, pattern=r"^\d+/\d+(/\d+)?$", description="Cross-validation on the train split, "
                              "i/k[/seed]: train on the other k-1 folds, score fold i as the dev split (test is left "
                              "alone); for choosing settings on small training sets without a dev split to spare.")
+    knowledge: KnowledgeSpec = Field(default_factory=KnowledgeSpec, description="The knowledge dose and the facts "
+                                     "held out of every source.")
     knowledge_probe: bool = Field(True, description="Add the knowledge probe to the run where a plugin provides one "
                                   "(kinject.plugins.knowledge: the run's final encoder and the base model scored the "
                                   "same way on held-out knowledge-graph facts).")
@@ -346,6 +370,9 @@ def resolve_config_paths(data: dict, config_file: Path) -> dict:
     for key in RUN_PATHS:
         if key in data:
             data[key] = _absolute(data[key], base)
+    knowledge = data.get("knowledge")
+    if isinstance(knowledge, dict) and knowledge.get("exclude_file"):
+        knowledge["exclude_file"] = _absolute(knowledge["exclude_file"], base)
     _plugin_paths("tasks", data.get("task"), base)
     _plugin_paths("strategies", data.get("strategy"), base)
     for source in data.get("sources") or []:

@@ -19,7 +19,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from kinject.api import DataError, DataMissingError, Environment, SpecError
+from kinject.api import DataError, DataMissingError, Environment, SpecError, Triple
 from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.hpo_terms import hpo_data_dir, iter_terms
 from kinject.tasks.retrieval import RetrievalConfig, RetrievalTask, read_queries
@@ -90,7 +90,7 @@ def hpo_queries(candidates: int, seed: int) -> dict[str, list[dict]]:
         rng.shuffle(chosen)
         bucket = _bucket(tid, seed)
         split = "test" if bucket == 0 else "dev" if bucket == 1 else "train"
-        splits[split].append({"qid": tid, "query": query, "candidates": [
+        splits[split].append({"qid": tid, "query": query, "name": term.name, "candidates": [
             {"pid": c, "text": defined[c].definition, "relevant": c == tid} for c in chosen]})
     return splits
 
@@ -182,6 +182,20 @@ class CaprTask(RetrievalTask):
     def check(self, env: Environment) -> None:
         for split in (self.train_split, *self.eval_splits):
             self.queries(split, env)
+
+    def facts(self, split: str, env: Environment) -> list[Triple]:
+        """On the HPO set, each query's term and its definition (the answer passage): a corpus text that names the
+        term beside its definition gives the answer away, so ``knowledge.exclude`` holds it out. Other sets are
+        not built from a knowledge graph: none."""
+        which = self.train_dataset(env) if split == self.train_split else self.eval_dataset(env)
+        if which != "hpo":
+            return []
+        out = []
+        for query in self.queries(split, env):
+            answer = next(c["text"] for c in query["candidates"] if c["relevant"])
+            names = dict.fromkeys([query.get("name") or query["query"], query["query"]])
+            out += [Triple(name, "is defined as", answer) for name in names]
+        return out
 
     def describe_data(self, env: Environment) -> str:
         cfg = self.config

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from kinject.api import Environment
+from kinject.api import Environment, Triple
 from kinject.tasks.hpo_terms import hpo_data_dir, isa_graph, isa_splits
 from kinject.tasks.sequence import PairTaskConfig, SequenceClassificationTask
 
@@ -61,6 +61,12 @@ class HpoIsaTask(SequenceClassificationTask):
 
     def data_files(self, env: Environment) -> list[Path]:
         return [self._obo()]  # also when the pairs were built earlier in this process (nothing read this time)
+
+    def facts(self, split: str, env: Environment) -> list[Triple]:
+        """The is-a edges the split's positive pairs ask about (child is a ancestor), as the ``hpo`` source names
+        them: what ``knowledge.exclude`` holds out of every source."""
+        return [Triple(row["text"], "is a", row["text_pair"]) for row in self.examples(split, env)
+                if row["label"] == "yes"]
 
     def examples(self, split: str, env: Environment) -> list[dict]:
         if self._splits is None:

@@ -203,11 +203,14 @@ class SequenceClassificationTask(Task):
     def predictions(self, split: str, examples: list[dict], features: list[dict], predictions: Any,
                     env: Environment) -> list[dict]:
         """One record per example: ``id``, ``gold`` and ``pred`` (label names; lists when multi-label; floats for
-        regression) and, for classification, ``scores`` (the logits, in the order of ``head(env).labels``)."""
+        regression), for classification ``scores`` (the logits, in the order of ``head(env).labels``), and the
+        example's ``group`` where it has one (the unit a bootstrap resamples: e.g. a child term's two pairs)."""
         logits = np.asarray(predictions, dtype=float)
         decoded = self.decode(logits, env)
         ids = unit_ids(split, examples)
+        units = [{"group": ex["group"]} if "group" in ex else {} for ex in examples]  # resampled together
         if self.problem_type == "regression":
-            return [{"id": i, "gold": float(ex["label"]), "pred": p} for i, ex, p in zip(ids, examples, decoded)]
-        return [{"id": i, "gold": ex["label"], "pred": p, "scores": row.tolist()}
-                for i, ex, p, row in zip(ids, examples, decoded, logits.reshape(len(examples), -1))]
+            return [{"id": i, "gold": float(ex["label"]), "pred": p, **u}
+                    for i, ex, p, u in zip(ids, examples, decoded, units)]
+        return [{"id": i, "gold": ex["label"], "pred": p, "scores": row.tolist(), **u}
+                for i, ex, p, row, u in zip(ids, examples, decoded, logits.reshape(len(examples), -1), units)]

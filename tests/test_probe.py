@@ -36,7 +36,7 @@ def test_every_built_in_strategy_gets_the_probe_after_its_last_evaluate_stage(ev
                      if isinstance(every_stage[f"{name}/{s}"].stage.config, EvaluateConfig)]
         assert probe.config.evaluate == evaluates[-1].config  # the model the run's last evaluate stage scores
         assert probe.inputs == (evaluates[-1].config.model_stage, "probe-base"), name
-        assert probe.artifacts == ("probe.json",)
+        assert probe.artifacts == ("probe.json", "probe-predictions.jsonl")
     # MoP's fused model is loaded by its own evaluate config
     assert type(every_stage["mop/probe"].stage.config.evaluate).__name__ == "FusedEvaluateConfig"
     assert "kinject.plugins.mop.fusion" in every_stage["mop/probe"].record["code"]

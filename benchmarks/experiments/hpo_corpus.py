@@ -22,10 +22,12 @@ from kinject.tasks.hpo_terms import read_terms
 
 def term_text(term, names: dict[str, str]) -> str:
     """One term as a short paragraph."""
-    parts = [f"{term.name}: {term.definition}" if term.definition else f"{term.name}."]
+    # no bare "Name." sentence: a corpus drops a text with a sentence equal to a test input (a term name), and with
+    # it the facts the paragraph states (docs/results.md, "Dose-response": every arm sees the same facts)
+    parts = [f"{term.name}: {term.definition}"] if term.definition else []
     synonyms = [s for s in term.synonyms if s.lower() != term.name.lower()]
     if synonyms:
-        parts.append(f"Also called {', '.join(synonyms)}.")
+        parts.append(f"{term.name} is also called {', '.join(synonyms)}.")
     parts += [f"{term.name} is a kind of {names[p]}." for p in term.parents if p in names]
     return " ".join(part.strip() for part in parts)
 

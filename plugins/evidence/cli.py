@@ -87,7 +87,8 @@ def sweep(strategy: str = typer.Argument(..., help="Strategy name"),
           study: Optional[str] = typer.Option(None, "--study", help="Study name (default kinject-<strategy>-<task>)"),
           metric: Optional[str] = typer.Option(None, "--metric", help="Objective (default: the task's selection "
                                                "metric)"),
-          direction: str = typer.Option("maximize", "--direction", help="maximize | minimize"),
+          direction: str = typer.Option(None, "--direction", help="maximize | minimize (default: the metric's "
+                                        "direction: minimize for an error such as ECE)"),
           split: str = typer.Option("dev", "--split", help="Split the objective is read from"),
           config: Optional[Path] = typer.Option(None, "--config", "-c", help="YAML run spec (the fixed part)"),
           sets: Optional[List[str]] = typer.Option(None, "--set", help="Override a spec field: a.b=c"),

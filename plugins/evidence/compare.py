@@ -15,8 +15,8 @@ import numpy as np
 from kinject.api import KinjectError
 from kinject.plugins.evidence.metrics import MetricDef, build_task, define, task_metric_refs
 from kinject.plugins.evidence.runs import Run, RunSet, load_predictions
-from kinject.plugins.evidence.scorers import scorer_for, seed_statistic
-from kinject.plugins.evidence.stats import paired_bootstrap, seed_tests
+from kinject.plugins.evidence.scorers import scorer_for
+from kinject.plugins.evidence.stats import seed_tests
 
 REPORTED_TOLERANCE = 1e-6
 
@@ -45,15 +45,23 @@ def _stack(scorer, seeds: dict[int, list[dict]]) -> tuple[np.ndarray, dict[int, 
 
 
 def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[int, list[dict]]],
-         n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0, method: str = "percentile") -> list[dict]:
+         n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0, method: str = "percentile",
+         greater_is_better: bool = True) -> list[dict]:
     """The baseline's row and one row per other system: metric value (mean over seeds), per-seed values,
-    difference to the baseline with its paired bootstrap interval, per-seed tests (aligned records in).
+    difference to the baseline with its intervals, a verdict and per-seed tests (aligned records in).
 
-    A system run with other seeds than the baseline is paired over the seeds both have (``paired_seeds``; its
-    ``value`` is then its mean over all its seeds, the difference is over the shared ones); two single-seed runs
+    ``ci_low``/``ci_high``: the two-way bootstrap over seeds and examples (:mod:`.bootstrap`; with one seed the
+    example-only interval); ``ci_low_examples``/``ci_high_examples``: examples only, i.e. conditional on these trained
+    models. Examples that share a ``group`` (a unit: a child term's two pairs, a query's candidates) are resampled
+    together. A system run with other seeds than the baseline is paired over the seeds both have (``paired_seeds``;
+    its ``value`` is then its mean over all its seeds, the difference is over the shared ones); two single-seed runs
     of different seeds are paired by example only; several seeds with none in common is an error."""
+    from kinject.plugins.evidence.bootstrap import two_way_bootstrap, verdict
+
     scorer = scorer_for(metric, [r for side in (baseline, *others) for r in side.values()])
     base_stats, base_values = _stack(scorer, baseline)
+    first = baseline[min(baseline)]
+    groups = [r.get("group", r["id"]) for r in first]
     rows = [{"value": float(np.mean(list(base_values.values()))), "per_seed": base_values}]
     for side in others:
         stats, values = _stack(scorer, side)
@@ -66,15 +74,22 @@ def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[i
             elif len(baseline) > 1 or len(side) > 1:
                 raise KinjectError(f"no seed in common (baseline seeds {sorted(baseline)}, other seeds "
                                    f"{sorted(side)}): a paired comparison needs the same seeds on both sides")
-        diff = paired_bootstrap(a, b, seed_statistic(scorer), n_resamples=n_resamples,
-                                confidence=confidence, seed=seed, method=method)
-        row = {"value": float(np.mean(list(values.values()))), "per_seed": values, "difference": diff.difference,
-               "ci_low": diff.low, "ci_high": diff.high, "standard_error": diff.standard_error,
-               "method": diff.method, "seed_tests": seed_tests(base_values, values)}
+        options = dict(groups=groups, n_resamples=n_resamples, confidence=confidence, seed=seed, method=method)
+        both = two_way_bootstrap(scorer, a, b, resample_seeds=True, **options)
+        examples = two_way_bootstrap(scorer, a, b, resample_seeds=False, **options)
+        row = {"value": float(np.mean(list(values.values()))), "per_seed": values, "difference": both.difference,
+               "ci_low": both.low, "ci_high": both.high, "interval": both.resampled,
+               "ci_low_examples": examples.low, "ci_high_examples": examples.high,
+               "standard_error": both.standard_error, "method": both.method, "seeds_paired": both.seeds,
+               "units": both.groups, "verdict": verdict(both.low, both.high, greater_is_better),
+               "identical": bool(np.array_equal(a, b)), "seed_tests": seed_tests(base_values, values)}
         if shared and set(baseline) != set(side):
             row["paired_seeds"] = shared
         rows.append(row)
     return rows
+
+
+FEW_SEEDS = 5  # below this many paired seeds the table flags the verdict as provisional
 
 
 def _task_view(run: Run):
@@ -118,8 +133,11 @@ def compare_runs(run_sets: list[RunSet], split: str = "test", metrics: list[str]
     labels = baseline.first.labels
     out: dict[str, Any] = {"task": baseline.task, "split": split, "examples": len(reference), "baseline": baseline.name,
                            "confidence": confidence, "resamples": n_resamples, "metrics": [], "warnings": []}
+    task = build_task(baseline.first.task_spec)
     for key in metrics or [default_metric(baseline.first, split)]:
-        rows = pair(define(key, refs, labels), aligned[0], aligned[1:], n_resamples, confidence, seed, method)
+        direction = task.greater_is_better(key) if task is not None else metric_direction(key)
+        rows = pair(define(key, refs, labels), aligned[0], aligned[1:], n_resamples, confidence, seed, method,
+                    greater_is_better=direction)
         for run_set, row in zip(run_sets, rows):
             reported = {s: (r.metrics.get(split) or {}).get(key) for s, r in run_set.runs.items()}
             for s, value in row["per_seed"].items():
@@ -130,7 +148,66 @@ def compare_runs(run_sets: list[RunSet], split: str = "test", metrics: list[str]
                        per_seed={str(s): v for s, v in row["per_seed"].items()})
             if any(s.probe() for s in run_sets):  # the knowledge probe beside the task metric
                 row["probe"] = _probe_row(run_set)
-        out["metrics"].append({"metric": key, "rows": rows})
+        out["metrics"].append({"metric": key, "greater_is_better": direction, "rows": rows})
+    if any(s.probe() for s in run_sets):
+        out["probe"] = compare_probes(run_sets, n_resamples, confidence, seed)
+    return out
+
+
+def metric_direction(key: str) -> bool:
+    """Whether a higher value of metric ``key`` is better, from the evaluator that reports it (True when unknown)."""
+    from kinject.api import MetricRef
+
+    try:
+        found = define(key)
+        return MetricRef(name=found.evaluator, options=found.options).build().greater_is_better(key)
+    except Exception:  # noqa: BLE001 - a metric no evaluator defines: higher-is-better, as most are
+        return True
+
+
+PROBE_METRIC = "auroc_macro"
+
+
+def compare_probes(run_sets: list[RunSet], n_resamples: int = 2000, confidence: float = 0.95,
+                   seed: int = 0) -> dict[str, Any]:
+    """The knowledge probe of every arm against the baseline's, paired over the same probe-test facts (its
+    per-pair predictions) with the two-way interval; or why it cannot be (an arm without per-pair predictions,
+    arms probed on different facts)."""
+    from kinject.api import MetricRef
+
+    facts = {}
+    for run_set in run_sets:
+        for run in run_set.runs.values():
+            info = (run.probe or {}).get("facts") or {}
+            facts.setdefault(run_set.name, set()).add((info.get("digest"), info.get("kind")))
+    kinds = sorted({kind for found in facts.values() for _, kind in found if kind})
+    digests = {d for found in facts.values() for d, _ in found}
+    out: dict[str, Any] = {"kind": kinds[0] if len(kinds) == 1 else "+".join(kinds) or "unknown", "rows": []}
+    if None in digests or len(digests) != 1:
+        out["note"] = ("the arms were probed on different facts (or before probes recorded theirs): the probe "
+                       "columns are not comparable between arms; run them with the same knowledge.probe_source "
+                       "(kinject grid does)")
+        return out
+    try:
+        aligned = []
+        reference = None
+        for run_set in run_sets:
+            per_seed = {}
+            for seed_value, run in sorted(run_set.runs.items()):
+                records = run.predictions("probe")
+                if reference is None:
+                    reference, name = [str(r["id"]) for r in records], str(run.path)
+                per_seed[seed_value] = align(reference, records, str(run.path), name)
+            aligned.append(per_seed)
+    except KinjectError as exc:
+        out["note"] = f"no paired probe interval: {exc}"
+        return out
+    ref = MetricRef(name="auroc", options={"averages": ["macro"], "positive": "yes"})
+    definition = MetricDef(PROBE_METRIC, "auroc", ref.build().config.model_dump(), ("no", "yes"))
+    rows = pair(definition, aligned[0], aligned[1:], n_resamples, confidence, seed)
+    for run_set, row in zip(run_sets, rows):
+        row.update(run=run_set.name, seeds=sorted(run_set.runs), per_seed={str(s): v for s, v in row["per_seed"].items()})
+    out["rows"] = rows
     return out
 
 
@@ -173,7 +250,8 @@ def compare_prediction_files(baseline: Path, other: Path, metric: str, task_kind
     base, row = pair(definition, {0: a}, [{0: b}], n_resamples, confidence, seed)
     return {"metric": metric, "baseline": base["value"], "other": row["value"], "difference": row["difference"],
             "ci_low": row["ci_low"], "ci_high": row["ci_high"], "confidence": confidence, "n": len(a),
-            "n_resamples": n_resamples, "method": row["method"]}
+            "n_resamples": n_resamples, "method": row["method"], "verdict": row["verdict"],
+            "identical": row["identical"], "interval": "examples (one trained model per side)"}
 
 
 def _p(value: float | None) -> str:
@@ -181,18 +259,29 @@ def _p(value: float | None) -> str:
 
 
 def comparison_table(result: dict[str, Any], block: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows (text) of one metric's comparison: run, seeds, value, difference, interval, p-values."""
+    """Headers and rows (text) of one metric's comparison: run, seeds, value, difference, the seed-inclusive interval
+    and its verdict, the example-only interval, p-values. Fewer than :data:`FEW_SEEDS` paired seeds are flagged
+    (``†``) in the seeds cell; identical predictions say so."""
     level = f"{result['confidence'] * 100:g}%"
-    headers = ["run", "seeds", block["metric"], "Δ vs baseline", f"{level} CI", "t-test p", "Wilcoxon p"]
+    headers = ["run", "seeds", block["metric"], "Δ vs baseline", f"{level} CI (seeds × examples)", "verdict",
+               f"{level} CI (examples: these models)", "t-test p", "Wilcoxon p"]
     rows = []
     for i, row in enumerate(block["rows"]):
         tests = row.get("seed_tests") or {}
-        cells = ["baseline", "", "", ""] if i == 0 else [
-            f"{row['difference']:+.4f}", f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]",
-            _p(tests.get("t_pvalue")), _p(tests.get("wilcoxon_pvalue"))]
         seeds = str(len(row["seeds"]))
         if row.get("paired_seeds"):
             seeds += f" ({len(row['paired_seeds'])} paired)"
+        if i == 0:
+            cells = ["baseline", "", "", "", "", ""]
+        else:
+            if row.get("seeds_paired", len(row["seeds"])) < FEW_SEEDS:
+                seeds += " †"
+            verdict = row.get("verdict", "")
+            if row.get("identical"):
+                verdict = "identical predictions"
+            cells = [f"{row['difference']:+.4f}", f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]", verdict,
+                     f"[{row['ci_low_examples']:+.4f}, {row['ci_high_examples']:+.4f}]" if "ci_low_examples" in row
+                     else "", _p(tests.get("t_pvalue")), _p(tests.get("wilcoxon_pvalue"))]
         rows.append([row["run"], seeds, f"{row['value']:.4f}", *cells])
     if any("probe" in row for row in block["rows"]):
         headers.append("probe AUROC (base; gain)")
@@ -202,21 +291,62 @@ def comparison_table(result: dict[str, Any], block: dict[str, Any]) -> tuple[lis
     return headers, rows
 
 
+def table_notes(result: dict[str, Any], block: dict[str, Any]) -> list[str]:
+    """The lines printed under a comparison table: what the intervals and flags mean."""
+    notes = [f"CI (seeds × examples): two-way bootstrap over seeds and {('units' if any(r.get('units', 0) < result['examples'] for r in block['rows'][1:]) else 'examples')} "
+             "(the verdict reads it: gain / loss / no evidence); CI (examples): conditional on these trained models."]
+    if any(r.get("seeds_paired", len(r["seeds"])) < FEW_SEEDS for r in block["rows"][1:]):
+        notes.append(f"† fewer than {FEW_SEEDS} paired seeds: seed-to-seed spread is estimated from few runs; "
+                     "treat the verdict as provisional.")
+    if any(r.get("identical") for r in block["rows"][1:]):
+        notes.append("identical predictions: the two systems score every example alike (difference 0 by "
+                     "construction, e.g. a method that changed nothing).")
+    direction = block.get("greater_is_better", True)
+    if not direction:
+        notes.append(f"{block['metric']}: lower is better (a negative difference is a gain).")
+    return notes
+
+
+def probe_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    """The knowledge probe compared between arms (paired over the same probe-test facts), or None."""
+    probe = result.get("probe")
+    if not probe or not probe.get("rows"):
+        return None
+    level = f"{result['confidence'] * 100:g}%"
+    headers = ["run", "seeds", "probe AUROC", "Δ vs baseline", f"{level} CI (seeds × examples)", "verdict"]
+    rows = []
+    for i, row in enumerate(probe["rows"]):
+        cells = ["baseline", "", ""] if i == 0 else [f"{row['difference']:+.4f}",
+                                                    f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]", row["verdict"]]
+        rows.append([row["run"], str(len(row["seeds"])), f"{row['value']:.4f}", *cells])
+    return headers, rows
+
+
 def print_comparison(result: dict[str, Any], console) -> None:
-    """One rich table per metric: value, difference to the baseline, interval, per-seed p-values."""
+    """One rich table per metric: value, difference to the baseline, intervals, verdict, per-seed p-values; then the
+    knowledge probe compared between arms."""
     from rich.markup import escape
     from rich.table import Table
 
-    for block in result["metrics"]:
-        headers, rows = comparison_table(result, block)
-        table = Table(title=f"{result['task']} {result['split']} {block['metric']}: {result['examples']} examples, "
-                            f"paired bootstrap over examples ({result['resamples']} resamples)",
-                      title_justify="left")
+    def show(title: str, headers: list[str], rows: list[list[str]]) -> None:
+        table = Table(title=title, title_justify="left")
         for i, column in enumerate(headers):
             table.add_column(escape(column), justify="left" if i == 0 else "right", overflow="fold")
         for row in rows:
             table.add_row(*map(escape, row))
         console.print(table)
-        if any("probe" in row for row in block["rows"]):
-            console.print("probe: a frozen-encoder probe on held-out HPO is-a facts (the run's model; the base model; "
-                          "chance 0.5; docs/knowledge-sources.md)", highlight=False)
+
+    for block in result["metrics"]:
+        headers, rows = comparison_table(result, block)
+        show(f"{result['task']} {result['split']} {block['metric']}: {result['examples']} examples, "
+             f"{result['resamples']} bootstrap resamples", headers, rows)
+        for note in table_notes(result, block):
+            console.print(note, highlight=False, soft_wrap=True)
+    probe = result.get("probe")
+    if probe:
+        found = probe_table(result)
+        if found:
+            show(f"knowledge probe ({probe['kind']}: held-out facts of the graph when the run held facts out, else "
+                 "edges of the injected graph; docs/knowledge-sources.md)", *found)
+        if probe.get("note"):
+            console.print(f"probe: {probe['note']}", highlight=False, soft_wrap=True)

@@ -396,6 +396,7 @@ def _cells(grid: Grid, cli: dict[str, Any]) -> list[Cell]:
                     except KinjectError as exc:
                         raise SpecError(f"{path}: cell {cell.id}: {exc}") from None
                     cells.append(cell)
+    _share_probe(cells)
     for i, override in enumerate(spec.overrides):
         if not used[i]:
             known = set(DIMENSIONS) | set(spec.vary) | {k for e in spec.strategies.values() for k in e.vary}
@@ -403,6 +404,32 @@ def _cells(grid: Grid, cli: dict[str, Any]) -> list[Cell]:
             reason = f"{bad[0]!r} is not a grid dimension ({', '.join(sorted(known))})" if bad else "matches no cell"
             raise SpecError(f"{path}: overrides.{i}.match: {reason}")
     return cells
+
+
+def _share_probe(cells: list[Cell]) -> None:
+    """Every arm of a task probed on the same facts: where a task's knowledge arms inject one graph (their first
+    triples source), the cells that do not name ``knowledge.probe_source`` get that graph as theirs (the baseline,
+    a corpus or a default-graph arm included). Several graphs: left alone (compare then says the probes differ)."""
+    from kinject.api import registry
+
+    def graph(cell: Cell) -> str | None:
+        for source in cell.data.get("sources") or []:
+            try:
+                if isinstance(source, dict) and registry("sources").get(source.get("name", "")).kind == "triples":
+                    return json.dumps(source, sort_keys=True)
+            except KinjectError:
+                return None
+        return None
+
+    for task in dict.fromkeys(c.task for c in cells):
+        mine = [c for c in cells if c.task == task]
+        graphs = {g for g in map(graph, mine) if g is not None}
+        if len(graphs) != 1:
+            continue
+        shared = json.loads(graphs.pop())
+        for cell in mine:
+            if not (cell.data.get("knowledge") or {}).get("probe_source"):
+                cell.data = merge(cell.data, "knowledge.probe_source", shared)
 
 
 def select(cells: list[Cell], patterns: list[str] | None) -> list[Cell]:

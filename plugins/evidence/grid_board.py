@@ -21,8 +21,22 @@ from kinject.plugins.evidence.runs import Run, RunSet
 
 __kinject_fingerprint__ = False  # reads finished runs; computes nothing a stage writes
 
-HEADERS = ["system", "strategy", "seeds", "{metric}", "Δ vs {baseline}", "{level} CI", "wall s / cell",
-           "trainable params"]
+HEADERS = ["system", "strategy", "seeds", "{metric}", "Δ vs {baseline}", "{level} CI (seeds × examples)", "verdict",
+           "dose", "probe AUROC", "wall s / cell", "trainable params"]
+
+
+def _dose(run_set: RunSet) -> dict | None:
+    """The system's knowledge dose (metrics.json ``dose`` of its first run: the same knowledge for every seed where
+    the knowledge stages are shared) and its probe."""
+    dose = run_set.first.metrics.get("dose")
+    return dose if isinstance(dose, dict) else None
+
+
+def dose_text(dose: dict | None) -> str:
+    if not dose:
+        return "-"
+    text = f"{dose.get('epochs', 0):.3g} ep, {dose.get('distinct', 0):,} {dose.get('unit', '')}"
+    return text + (f" ({dose['coverage']:.0%})" if dose.get("coverage") is not None else "")
 
 
 def _systems(grid: Grid, cells: list[Cell], found: dict[str, CellState]) -> dict[str, dict[str, dict]]:
@@ -92,7 +106,10 @@ def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str,
         run_set = entry["set"]
         row = {"system": name, "strategy": entry["name"], "label": entry["strategy"], "values": entry["values"],
                "seeds": sorted(run_set.runs), "folder": str(run_set.path), "value": _value(run_set, split, metric), "baseline": None,
-               "wall_seconds": _wall(entry, found), "trainable_parameters": _trainable(run_set)}
+               "wall_seconds": _wall(entry, found), "trainable_parameters": _trainable(run_set),
+               "dose": _dose(run_set), "probe": (run_set.probe() or {}).get("model")}
+        if isinstance(row["probe"], dict):
+            row["probe"] = sum(row["probe"].values()) / len(row["probe"])
         base = _baseline(grid, done, name)
         if base is not None and base != name:
             row["baseline"] = base
@@ -104,7 +121,10 @@ def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str,
             else:
                 pair = result["metrics"][0]["rows"][1]
                 row.update(value=pair["value"], difference=pair["difference"], ci_low=pair["ci_low"],
-                           ci_high=pair["ci_high"], paired_seeds=pair.get("paired_seeds"),
+                           ci_high=pair["ci_high"], ci_low_examples=pair.get("ci_low_examples"),
+                           ci_high_examples=pair.get("ci_high_examples"), verdict=pair.get("verdict"),
+                           identical=pair.get("identical"), greater_is_better=result["metrics"][0].get(
+                               "greater_is_better", True), paired_seeds=pair.get("paired_seeds"),
                            seed_tests=pair.get("seed_tests"), examples=result["examples"],
                            confidence=result["confidence"], baseline_value=result["metrics"][0]["rows"][0]["value"])
                 warnings += [w for w in result["warnings"] if w not in warnings]
@@ -115,23 +135,33 @@ def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str,
         paired = [r for r in rows if r.get("baseline") == row["system"] and "baseline_value" in r]
         if row.get("is_baseline") and paired:
             row["value"] = paired[0]["baseline_value"]
-    rows.sort(key=lambda r: (not r.get("is_baseline"), -(r["value"] if r["value"] is not None else float("-inf"))))
+    sign = -1 if any(r.get("greater_is_better") is False for r in rows) else 1  # best first, in the metric's direction
+    rows.sort(key=lambda r: (not r.get("is_baseline"),
+                             -sign * (r["value"] if r["value"] is not None else -sign * float("inf"))))
     return {"task": task, "metric": metric, "split": split, "rows": rows, "warnings": warnings,
             "missing": sorted(set(systems) - set(done))}
 
 
 def _cells_text(row: dict) -> list[str]:
+    from kinject.plugins.evidence.compare import FEW_SEEDS
+
+    paired = len(row["paired_seeds"]) if row.get("paired_seeds") else len(row["seeds"])
     seeds = str(len(row["seeds"])) + (f" ({len(row['paired_seeds'])} paired)" if row.get("paired_seeds") else "")
     value = "-" if row["value"] is None else f"{row['value']:.4f}"
+    verdict = ""
     if row.get("is_baseline"):
         diff, ci = "baseline", ""
     elif "difference" in row:
         diff, ci = f"{row['difference']:+.4f}", f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]"
+        verdict = "identical predictions" if row.get("identical") else row.get("verdict") or ""
+        seeds += " †" if paired < FEW_SEEDS else ""
     else:
         diff, ci = ("not compared", row["error"]) if "error" in row else ("-", "no baseline")
     wall = "-" if row["wall_seconds"] is None else f"{row['wall_seconds']:.1f}"
     params = "n/a" if row["trainable_parameters"] is None else f"{row['trainable_parameters']:,}"
-    return [row["system"], row["strategy"], seeds, value, diff, ci, wall, params]
+    probe = "-" if row.get("probe") is None else f"{row['probe']:.4f}"
+    return [row["system"], row["strategy"], seeds, value, diff, ci, verdict, dose_text(row.get("dose")), probe, wall,
+            params]
 
 
 def board_table(board: dict[str, Any], baseline: str | None, confidence: float = 0.95) -> tuple[list[str], list]:
@@ -156,10 +186,14 @@ def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState]
              + ", ".join(f"{n} {s}" for s, n in tally.items()) + f"); split {split}; made "
              f"{time.strftime('%Y-%m-%d %H:%M:%S %z')} by kinject {__version__}."),
         Para(f"Each system against {grid.file.baseline or 'no baseline'} (the same varied values where both vary "
-             f"them), paired by seed and test example: the difference and its 95% paired bootstrap interval "
-             f"({n_resamples} resamples, seed {seed}) are those of `kinject compare BASELINE SYSTEM` on the two "
-             "folders. Wall s / cell: mean seconds per finished cell as run (cached stages cost nothing); trainable "
-             "params: of the task fine-tuning (metrics.json train.trainable_parameters; n/a when not recorded).")]
+             f"them), paired by seed and test example: the difference, its 95% interval from a two-way bootstrap over "
+             f"seeds and test units ({n_resamples} resamples, seed {seed}) and the verdict it gives (gain / loss / no "
+             "evidence) are those of `kinject compare BASELINE SYSTEM` on the two folders († fewer than 5 paired "
+             "seeds: provisional). Dose: what the system's knowledge stages consumed (epochs of their rows; distinct "
+             "facts, and the share of those available; metrics.json `dose`). Probe AUROC: the knowledge probe of the "
+             "system's model (the same facts for every system of a task). Wall s / cell: mean seconds per finished "
+             "cell as run (cached stages cost nothing); trainable params: of the task fine-tuning "
+             "(metrics.json train.trainable_parameters; n/a when not recorded).")]
     for board in boards:
         blocks.append(Heading(2, board["task"]))
         if not board["rows"]:

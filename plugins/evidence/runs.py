@@ -68,7 +68,8 @@ class Run:
         return sorted(p.name[: -len(".jsonl")] for p in (self.path / "predictions").glob("*.jsonl"))
 
     def predictions(self, split: str) -> list[dict]:
-        path = self.path / "predictions" / f"{split}.jsonl"
+        """The records of ``predictions/<split>.jsonl`` (``probe``: the knowledge probe's probe-test pairs)."""
+        path = self.path / ("probe-predictions.jsonl" if split == "probe" else f"predictions/{split}.jsonl")
         if not path.exists():
             has = self.prediction_splits()
             raise KinjectError(f"{self.path}: no predictions for split {split!r} ("

@@ -211,7 +211,7 @@ def choose_folds(run, folds: int | None, split: str, announce: Callable[[str], N
 
 
 def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, output: Path, *,
-              storage: str | None = None, metric: str | None = None, direction: str = "maximize",
+              storage: str | None = None, metric: str | None = None, direction: str | None = None,
               split: str = "dev", study_name: str | None = None, config: Path | None = None,
               sets: list[str] | None = None, fields: dict[str, Any] | None = None, seed: int = 0,
               folds: int | None = None, announce: Callable[[str], None] = print) -> dict[str, Any]:
@@ -225,7 +225,7 @@ def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, ou
     from kinject import api
     from kinject.api import build_spec
 
-    if direction not in ("maximize", "minimize"):
+    if direction not in (None, "maximize", "minimize"):
         raise SpecError(f"--direction {direction}: expected maximize or minimize")
     base = base_spec_data(strategy, task, config, sets, fields or {})
     space = load_space(space_file)
@@ -235,6 +235,7 @@ def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, ou
     if folds:
         run = api.prepare(build_spec(fold_spec(base, 0, folds)))  # the fold runs' spec must be valid too
     metric = _check_objective(run, metric, split)
+    direction = direction or ("maximize" if run.task.greater_is_better(metric) else "minimize")  # the metric's own
     output = Path(output)
     name = study_name or f"kinject-{base['strategy']['name']}-{base['task']['name']}"
     from filelock import FileLock

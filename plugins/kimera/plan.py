@@ -72,6 +72,9 @@ def check_scoring(run, cfg: KimeraConfig) -> None:
     if metric not in names:
         raise SpecError(f"strategy.search_metric: task {run.task.name!r} reports no {metric!r} "
                         f"(has: {', '.join(names)})")
+    if not run.task.greater_is_better(metric):
+        raise SpecError(f"strategy.search_metric: {metric!r} is lower-is-better; the mask search stops when the metric "
+                        "falls below tau x the unmasked one, so it needs a higher-is-better metric")
 
 
 def given_masks(run, cfg: KimeraConfig) -> dict[str, list]:
@@ -177,7 +180,8 @@ def retraining_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]
     config = RetrainConfig(
         model=run.model_ref(), seed=retrain_seed(run, cfg), mask=mask, mask_stage=masks, forward_mask=forward,
         from_scratch=scratch, source=resolved.source,
-        kg={k: v for k, v in cfg.model_dump(mode="json").items() if k.startswith("kg_")},
+        kg={**{k: v for k, v in cfg.model_dump(mode="json").items() if k.startswith("kg_")},
+            **({"kg_epochs": run.knowledge_epochs} if run.knowledge_epochs else {})},
         alphas=cfg.alphas.model_dump(), task_sampling=cfg.task_sampling, pooling=cfg.pooling,
         other_params=cfg.other_params, weight_decay=training.weight_decay, warmup_ratio=training.warmup_ratio,
         bf16=bool(training.bf16), save_steps=min(training.save_steps, max(cfg.kg_steps // 2, 1)))

@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -52,11 +53,13 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     if cfg.mask != "none":
         shape = (encoder.config.num_hidden_layers, encoder.config.num_attention_heads)
         head_mask = load_mask(ctx.inputs[cfg.mask_stage] / "masks.json", cfg.mask, shape)
+    epochs = kg.get("kg_epochs")  # the run's knowledge.epochs: epochs of the KG rows instead of kg_steps
     steps = kg["kg_steps"]
-    training = TrainingSpec(epochs=1, max_steps=steps, learning_rate=kg["kg_learning_rate"],
-                            batch_size=kg["kg_batch_size"], weight_decay=cfg.weight_decay,
-                            warmup_ratio=cfg.warmup_ratio, group_by_length=False, save_steps=cfg.save_steps,
-                            logging_steps=max(steps // 10, 1), bf16=cfg.bf16)
+    training = TrainingSpec(epochs=epochs or 1, max_steps=-1 if epochs else steps,
+                            learning_rate=kg["kg_learning_rate"], batch_size=kg["kg_batch_size"],
+                            weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio, group_by_length=False,
+                            save_steps=cfg.save_steps, logging_steps=max(steps // 10, 1) if not epochs else 100,
+                            bf16=cfg.bf16)
     scorer = None
     if held is not None:
         scorer = partial(score_heldout, heldout=held, train=data, tasks=tasks, tokenizer=tokenizer,
@@ -66,8 +69,12 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
                     pooling=cfg.pooling, alphas=alphas, batches_of=length_grouped_batches, resume=ctx.resume,
                     task_sampling=cfg.task_sampling, mlm_head=mlm_head, heldout=scorer)
     stats["kg"] = data.stats
+    consumed, rows_total = stats.pop("_consumed"), stats.pop("_rows_per_epoch")
     if is_main_process():
+        from kinject.plugins.knowledge.kg.data import write_kg_dose
+
         save_model(encoder, tokenizer, ctx.out / "model")
+        stats["dose"] = write_kg_dose(ctx.out, data, consumed, rows_total)
         (ctx.out / "retrain.json").write_text(json.dumps(stats, indent=2, default=str))
 
 
@@ -171,6 +178,25 @@ class MultiTaskBatchSampler:
     def __len__(self) -> int:
         return len(self._plan_of(self.epoch))
 
+    def consumed(self, steps: int) -> tuple[dict[str, np.ndarray], int]:
+        """The rows of each task the first ``steps`` batches took (epoch plans in order, with repeats), and the rows
+        of one epoch's plan: what the retraining's dose counts."""
+        taken: list[list[int]] = []
+        epoch = 0
+        while len(taken) < steps:
+            plan = self._plan(epoch)
+            if not plan:
+                break
+            taken += plan[: steps - len(taken)]
+            epoch += 1
+        flat = np.asarray([i for batch in taken for i in batch], dtype=np.int64)
+        starts = [self.data.offsets[n] for n in self.data.names]
+        out = {}
+        for name, start, end in zip(self.data.names, starts, [*starts[1:], len(self.data)]):
+            inside = flat[(flat >= start) & (flat < end)]
+            out[name] = inside - start
+        return out, sum(len(batch) for batch in self._plan(0))
+
     def __iter__(self):
         plan = self._plan_of(self.epoch)
         if not self._told:
@@ -266,6 +292,7 @@ def retrain(encoder: nn.Module, tokenizer, datasets: dict[str, Any], num_relatio
     stats["batches_per_epoch"] = float(len(sampler))
     stats["mlm_head"] = "pretrained" if mlm_head is not None else "random"
     stats.update({f"kg_rows_{n}": float(len(data.tasks[n])) for n in data.names})
+    stats["_consumed"], stats["_rows_per_epoch"] = sampler.consumed(trainer.state.global_step)
     if heldout is not None:
         stats["heldout"] = heldout(model)
     return stats

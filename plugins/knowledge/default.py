@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kinject.api import RunContext, SourceRef, registry
+from kinject.api import RunContext, SourceRef, registry  # noqa: F401 (SourceRef: the return type)
 
 
 def triples_source(run: RunContext, max_triples: int | None = 20000) -> SourceRef:
@@ -19,4 +19,4 @@ def triples_source(run: RunContext, max_triples: int | None = 20000) -> SourceRe
     registry("sources").get("hpo")  # names the class "hpo": a stage body (or a worker process) rebuilds it by name
     source = default_source(max_triples)
     source.check(run.env)
-    return SourceRef.of(source, dataclasses.replace(run.env, limit=None))
+    return run.source_ref(source, dataclasses.replace(run.env, limit=None))

@@ -200,14 +200,14 @@ def train_mlm(model, dataset, collator, training, work: Path, seed: int, stage: 
 
     from kinject.api import world_size
     from kinject.plugins.training import (EpochCallback, HookCallback, PaddingCounter, last_checkpoint, quiet_progress,
-                                          training_arguments)
+                                          training_arguments, with_length_buckets)
 
     set_seed(seed)
     counter = PaddingCounter(collator)
     args = training_arguments(training, work, seed, remove_unused_columns=False)
-    with sparse_prediction(model) if sparse else nullcontext():
-        trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=counter,
-                          callbacks=[HookCallback(stage, None, None), EpochCallback(collator)])
+    with sparse_prediction(model) if sparse else nullcontext():  # length-grouped: an order the dose reconstructs
+        trainer = with_length_buckets(Trainer)(model=model, args=args, train_dataset=dataset, data_collator=counter,
+                                               callbacks=[HookCallback(stage, None, None), EpochCallback(collator)])
         quiet_progress(trainer)
         checkpoint = last_checkpoint(work) if resume else None
         result = trainer.train(resume_from_checkpoint=checkpoint)

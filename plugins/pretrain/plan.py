@@ -45,7 +45,7 @@ def corpus_source(run) -> tuple[SourceRef, tuple[str, ...]]:
     else:
         source = CorpusSource(tasks=["all"])
         source.check(run.env)
-        ref = SourceRef.of(source, dataclasses.replace(run.env, limit=None))
+        ref = run.source_ref(source, dataclasses.replace(run.env, limit=None))
     return ref, tuple(source.task_modules(run.env))
 
 
@@ -156,7 +156,8 @@ def pretraining_stages(cfg: PretrainConfig, run, resolved: Resolved) -> list[Sta
     stages.append(mlm_stage(run, MLM, mlm_pack, cfg.mlm_steps, cfg.mlm_learning_rate, cfg.mlm_batch_size,
                             mode=cfg.init, start_stage=head if cfg.init == "continual" else None,
                             scratch=cfg.scratch.model_dump() if cfg.init == "scratch" else None, seed=cfg.mlm_seed,
-                            allow_random_head=cfg.head_steps == 0, produces_model=True, masking=masking, **budget))
+                            allow_random_head=cfg.head_steps == 0, produces_model=True, masking=masking,
+                            epochs=run.knowledge_epochs, **budget))
     reference, texts = head.name if head else None, control.name if control else None
     perplexity = PerplexityConfig(corpus_stage=CORPUS, model_stage=MLM, reference=mlm_model_ref(run, length),
                                   reference_stage=reference, texts_stage=texts, max_length=length,

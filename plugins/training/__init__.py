@@ -17,9 +17,9 @@ __kinject_facade__ = True
 import importlib
 
 _EXPORTS = {  # name -> the module defining it; imported on first use, so `kinject list` reading `eval` loads nothing
-    ".loop": ("EpochCallback", "HookCallback", "PaddingCounter", "dev_scorer", "float32_head", "last_checkpoint",
-              "length_grouped_batches", "predict", "quiet_progress", "train", "training_arguments",
-              "useful_token_fraction"),
+    ".loop": ("EpochCallback", "HookCallback", "PaddingCounter", "consumed_rows", "dev_scorer", "float32_head",
+              "last_checkpoint", "length_grouped_batches", "predict", "quiet_progress", "row_lengths", "train",
+              "training_arguments", "useful_token_fraction", "with_length_buckets"),
     ".stages": ("EvaluateConfig", "FinetuneConfig", "evaluate_body", "evaluate_model", "evaluate_stage",
                 "finetune_body", "finetune_stage", "write_predictions"),
     ".task_models": ("MeanPooler", "build_task_model", "load_task_model", "save_model"),

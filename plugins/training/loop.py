@@ -116,6 +116,43 @@ class LengthBucketSampler:
         return iter([i for batch in batches for i in batch])
 
 
+def consumed_rows(lengths: Sequence[int] | np.ndarray, batch_size: int, steps: int, seed: int,
+                  accumulation: int = 1) -> np.ndarray:
+    """The rows, in order and with repeats, that the first ``steps`` optimiser steps of :func:`train` (one process,
+    length-grouped: :class:`LengthBucketSampler` seeded with ``seed``) consumed: epoch after epoch, each step takes
+    ``batch_size x accumulation`` rows of that epoch's order (the last step of an epoch fewer). What a stage's
+    knowledge dose counts (:func:`kinject.api.write_dose`)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    per_step = batch_size * accumulation
+    if not len(lengths) or steps <= 0:
+        return np.zeros(0, dtype=np.int64)
+    steps_per_epoch = max(-(-len(lengths) // batch_size) // accumulation, 1)
+    out, epoch, left = [], 0, int(steps)
+    while left > 0:
+        sampler = LengthBucketSampler(lengths, per_step, seed=seed)
+        sampler.set_epoch(epoch)
+        order = np.fromiter(iter(sampler), dtype=np.int64, count=len(lengths))
+        take = min(left, steps_per_epoch)
+        out.append(order[: take * per_step] if take < steps_per_epoch else order)
+        left -= take
+        epoch += 1
+    return np.concatenate(out)
+
+
+def row_lengths(dataset) -> list[int]:
+    """Token count of each row of a dataset: its ``length`` column, else the lengths of its ``input_ids`` (read from
+    the Arrow column, not row by row)."""
+    columns = getattr(dataset, "column_names", [])
+    if "length" in columns:
+        return list(dataset["length"])
+    table = getattr(dataset, "data", None)
+    if table is not None and "input_ids" in columns and getattr(dataset, "_indices", None) is None:
+        import pyarrow.compute as pc
+
+        return pc.list_value_length(table.column("input_ids")).to_numpy(zero_copy_only=False).tolist()
+    return [len(x["input_ids"]) for x in dataset]
+
+
 def with_length_buckets(trainer_cls):
     """A subclass of ``trainer_cls`` whose training sampler is :class:`LengthBucketSampler` (and which takes the
     :class:`PaddingCounter`'s counts out of each batch)."""
@@ -130,9 +167,7 @@ def with_length_buckets(trainer_cls):
         def _get_train_sampler(self, train_dataset=None):
             if not self.args.group_by_length or self.train_dataset is None:
                 return super()._get_train_sampler(train_dataset)
-            source = self.train_dataset
-            columns = getattr(source, "column_names", [])
-            lengths = source["length"] if "length" in columns else [len(x["input_ids"]) for x in source]
+            lengths = row_lengths(self.train_dataset)
             return LengthBucketSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps,
                                        seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed)
 
@@ -312,7 +347,8 @@ def train(model, features, collator: Callable, training: TrainingSpec, work: Pat
         from .selection import DevSelection
 
         selection = DevSelection(scorer, selection_metric, work, training.select_every, training.patience,
-                                 checkpoint, stage)
+                                 checkpoint, stage, greater_is_better=scorer.task.greater_is_better(selection_metric)
+                                 if hasattr(scorer, "task") else True)
     # dev scores announced every eval_steps, except where the selection scores (and announces) them anyway
     callbacks = [HookCallback(stage, scorer, training.eval_steps, selection.scores_at if selection else None)]
     callbacks += [selection] if selection else []

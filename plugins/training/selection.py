@@ -1,5 +1,6 @@
 """Model selection on dev while fine-tuning (``training.selection``): score the task's dev split after every epoch
-(or every ``training.select_every`` steps), keep the weights of the best score of the task's selection metric, stop
+(or every ``training.select_every`` steps), keep the weights of the best score of the task's selection metric (the
+highest, or the lowest for a metric whose evaluator says lower is better: ``Evaluator.greater_is_better``), stop
 after ``training.patience`` evaluations without improvement, and end training with the best weights.
 
 Resumable as the rest of training: the selection state is part of each Trainer checkpoint (an ``ExportableState``
@@ -23,7 +24,8 @@ class DevSelection:
     training is what train.json records (metric, best step and score, the dev curve, whether it stopped early)."""
 
     def __new__(cls, scorer: Callable, metric: str, work: Path, every: int | None = None,
-                patience: int | None = None, resume_from: str | None = None, stage: str = "train"):
+                patience: int | None = None, resume_from: str | None = None, stage: str = "train",
+                greater_is_better: bool = True):
         from transformers import TrainerCallback
         from transformers.trainer_callback import ExportableState
 
@@ -49,7 +51,7 @@ class DevSelection:
                 plugin_manager().hook.kinject_metrics_logged(
                     stage=stage, metrics={f"eval/{k}": float(v) for k, v in scores.items()
                                                 if isinstance(v, (int, float))}, step=step)
-            if state["best"] is None or value > state["best"]:
+            if state["best"] is None or (value > state["best"] if greater_is_better else value < state["best"]):
                 from safetensors.torch import save_file
 
                 state.update(best=value, best_step=step, bad=0)
@@ -115,7 +117,8 @@ class DevSelection:
 
             @staticmethod
             def summary() -> dict:
-                return {"metric": metric, "best_step": state["best_step"], "best_score": state["best"],
+                return {"metric": metric, "greater_is_better": greater_is_better, "best_step": state["best_step"],
+                        "best_score": state["best"],
                         "curve": state["curve"], "evaluations": len(state["curve"]),
                         "stopped_early": state["stopped_early"], "every": every or "epoch", "patience": patience}
 

@@ -47,6 +47,9 @@ class ECE(Evaluator):
     def metric_names(self) -> list[str]:
         return [self.config.name]
 
+    def greater_is_better(self, metric: str) -> bool:
+        return False  # an error: lower is better
+
     def compute(self, references, predictions, scores=None, labels: Sequence[str] | None = None,
                 **kwargs: Any) -> dict[str, float]:
         scores = score_matrix(scores, len(references), "ece")

@@ -23,7 +23,7 @@ from kinject.api import DataError, Environment, KinjectError, KnowledgeSource, S
 from kinject.plugins.knowledge.kg.intern import Vocab, intern_triples
 from kinject.plugins.knowledge.kg.batching import IGNORE, KGCollator, lengths_of  # noqa: F401 (contract)
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: every row names the triple it states ("triple"; -1: a corrupted negative)
 TASKS = ("entity", "relation", "triplet", "tail")
 
 
@@ -165,7 +165,7 @@ def assemble(n: int, segments: list[tuple], mlm: bool):
     return offsets, ids, types, labels, total
 
 
-def _record_batch(offsets, ids, types, labels, lengths, scalar_labels=None):
+def _record_batch(offsets, ids, types, labels, lengths, scalar_labels=None, triples=None):
     import pyarrow as pa
 
     off = pa.array(offsets.astype(np.int32))
@@ -174,7 +174,8 @@ def _record_batch(offsets, ids, types, labels, lengths, scalar_labels=None):
             "token_type_ids": pa.ListArray.from_arrays(off, pa.array(types)),
             "labels": (pa.ListArray.from_arrays(off, pa.array(labels)) if labels is not None
                        else pa.array(scalar_labels.astype(np.int64))),
-            "length": pa.array(lengths.astype(np.int32))}
+            "length": pa.array(lengths.astype(np.int32)),
+            "triple": pa.array(np.asarray(triples, dtype=np.int32))}
     return pa.RecordBatch.from_pydict(cols)
 
 
@@ -277,30 +278,35 @@ def build_kg_data(source: KnowledgeSource, env: Environment, tokenizer, config: 
         for lo in range(0, n, config.chunk_size):
             ch, cr, ct = h[lo:lo + config.chunk_size], r[lo:lo + config.chunk_size], t[lo:lo + config.chunk_size]
             m = len(ch)
+            which = np.arange(lo, lo + m)  # the triple each row states
             if "entity" in writers:  # [CLS] s [SEP] r [SEP] o [SEP], one side masked
                 for masked_side in ("tail", "head"):
                     segs = [cls, ent(ch, 0, mask_id if masked_side == "head" else None), sep, rel(cr), sep1,
                             ent(ct, 0, mask_id if masked_side == "tail" else None), sep]
-                    writers["entity"].write(_record_batch(*assemble(m, segs, mlm=True)))
+                    writers["entity"].write(_record_batch(*assemble(m, segs, mlm=True), triples=which))
             if "relation" in writers:  # [CLS] s [SEP] o [SEP] -> r
                 off, ids, ty, _, ln = assemble(m, [cls, ent(ch, 0), sep, ent(ct, 1), sep1], mlm=False)
-                writers["relation"].write(_record_batch(off, ids, ty, None, ln, cr))
+                writers["relation"].write(_record_batch(off, ids, ty, None, ln, cr, which))
             if "triplet" in writers:  # valid 1, corrupted 0
                 nh, nr, nt = corrupt(ch, cr, ct, h, r, t, known, len(relations), len(entities), rng)
                 dropped += m - len(nh)
-                for (bh, br, bt), label in (((ch, cr, ct), 1), ((nh, nr, nt), 0)):
+                for (bh, br, bt), label, of in (((ch, cr, ct), 1, which), ((nh, nr, nt), 0, np.full(len(nh), -1))):
                     if len(bh):
                         off, ids, ty, _, ln = assemble(len(bh), [cls, ent(bh, 0), sep, rel(br), sep1, ent(bt, 0),
                                                                 sep], mlm=False)
-                        writers["triplet"].write(_record_batch(off, ids, ty, None, ln, np.full(len(bh), label)))
+                        writers["triplet"].write(_record_batch(off, ids, ty, None, ln, np.full(len(bh), label), of))
             if "tail" in writers:  # [CLS] h [SEP] r [SEP] -> tail entity id
                 off, ids, ty, _, ln = assemble(m, [cls, ent(ch, 0), sep, rel(cr), sep1], mlm=False)
-                writers["tail"].write(_record_batch(off, ids, ty, None, ln, ct))
+                writers["tail"].write(_record_batch(off, ids, ty, None, ln, ct, which))
         for wr in writers.values():
             wr.close()
         _write_vocab(tmp, entities, h, r, t, w)
         bad = getattr(source, "bad_rows", None)
+        from kinject.api import held_out_count
+
+        held = held_out_count(source)
         stats = {"triples": n, "entities": len(entities), "relations": len(relations),
+                 **({"held_out": held} if held is not None else {}),
                  "rows": {task: wr.rows for task, wr in writers.items()},
                  "negatives_dropped": dropped, "bad_rows_skipped": getattr(bad, "count", 0),
                  "node_cap": node_cap, "relation_cap": rel_cap}
@@ -333,3 +339,46 @@ def load_kg_data(folder: Path, cached: bool = True) -> KGData:
     return KGData(path=folder, entities=entities, relations=meta["relations"],
                   triples=Dataset.from_file(str(folder / "triples.arrow")), stats=meta["stats"], cached=cached,
                   **sets)
+
+
+# -- the dose: which facts training rows state -------------------------------------------------------------- #
+def triple_keys(data: KGData, triples: np.ndarray | None = None) -> np.ndarray:
+    """The fact key (:func:`kinject.api.fact_key`) of each of ``triples`` (ids into ``data.triples``; default: all),
+    in their order."""
+    from kinject.api import fact_key
+
+    ids = np.arange(len(data.triples)) if triples is None else np.asarray(triples, dtype=np.int64)
+    if not len(ids):
+        return np.zeros(0, dtype=np.uint64)
+    table = data.triples.data
+    h, r, t = (table.column(c).to_numpy()[ids] for c in ("head", "relation", "tail"))
+    ents, rels = data.entities, data.relations
+    return np.fromiter((fact_key(ents[a], rels[b], ents[c]) for a, b, c in zip(h, r, t)), dtype=np.uint64,
+                       count=len(ids))
+
+
+def write_kg_dose(folder: Path, data: KGData, rows: dict[str, np.ndarray], rows_total: int,
+                  available: int | None = None, **extra) -> dict:
+    """Write the dose of a stage that trained on KG rows: ``rows`` maps a training set of ``data`` (entity, relation,
+    triplet, tail) to the row indices consumed (with repeats); ``rows_total`` is one epoch's rows; ``available`` the
+    distinct facts the stage trains on (default: every triple of ``data``). Facts seen count the rows that state a
+    triple (a corrupted negative states none); distinct facts are the triples they state."""
+    from kinject.api import write_dose
+
+    stated, tokens, consumed = [], 0, 0
+    for task, indices in rows.items():
+        indices = np.asarray(indices, dtype=np.int64)
+        if not len(indices):
+            continue
+        table = getattr(data, task).data
+        triple = table.column("triple").to_numpy()[indices]
+        tokens += int(table.column("length").to_numpy()[indices].sum())
+        consumed += len(indices)
+        stated.append(triple[triple >= 0])
+    stated_all = np.concatenate(stated) if stated else np.zeros(0, dtype=np.int64)
+    covered = triple_keys(data, np.unique(stated_all))
+    held = data.stats.get("held_out")
+    return write_dose(folder, unit="triples", covered=covered, seen=len(stated_all), rows_seen=consumed,
+                      rows_total=rows_total, available=available if available is not None
+                      else len(np.unique(triple_keys(data))), tokens=tokens,
+                      held_out=held, **extra)

@@ -123,6 +123,12 @@ class HpoSource(TriplesSourceBase):
             self._near_cache = (state, near)
         return self._near_cache[1]
 
+    def entity_texts(self, env: Environment) -> Iterator[tuple[str, tuple[str, ...], str]]:
+        """Every current HPO term's name, synonyms and definition (hp.obo)."""
+        for term in iter_terms(self._dir() / "hp.obo"):
+            if term.name:
+                yield term.name, tuple(term.synonyms), term.definition
+
     def raw_triples(self, env: Environment, bad: BadRows) -> Iterator[Triple]:
         terms = list(iter_terms(self._dir() / "hp.obo", include_obsolete=True))
         if self.config.around is None:

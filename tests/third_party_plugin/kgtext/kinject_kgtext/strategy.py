@@ -34,7 +34,8 @@ class KgTextStrategy(Strategy):
         head = None
         if missing_mlm_head(mlm_model_ref(run, run.spec.model.max_length)):
             head = mlm_stage(run, "kgtext-head", pack, mode="head", steps=cfg.head_steps, **budget)
-        mlm = mlm_stage(run, "kgtext-mlm", pack, start_stage=head, steps=cfg.mlm_steps, **budget)
+        mlm = mlm_stage(run, "kgtext-mlm", pack, start_stage=head, steps=cfg.mlm_steps,
+                        epochs=run.knowledge_epochs, **budget)  # knowledge.epochs, when the run asks for a dose
         coverage = Stage(name="kgtext-coverage", body=coverage_body, inputs=(texts.name,),
                          artifacts=("coverage.json",), config=CoverageConfig(
                              task=run.task_ref(), texts_stage=texts.name, split=run.task.eval_splits[-1]))

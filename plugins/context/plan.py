@@ -1,0 +1,52 @@
+"""The context strategy's plan: the knowledge graph it reads (the run's, else the embedded HPO), the task with its
+inputs transformed, and the stages built from them. Strategy-side code: no stage's key covers this module."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kinject.api import InputTransform, SourceRef, SpecError, Stage, TaskRef
+from kinject.plugins.training import evaluate_stage, finetune_stage
+
+from .config import ContextConfig
+from .stages import ContextFactsConfig, context_facts_body
+
+FINETUNE, EVALUATE, FACTS = "context-finetune", "context-evaluate", "context-facts"
+TRANSFORM = "kinject.plugins.context.linking:add_context"
+
+
+def resolve(run, cfg: ContextConfig) -> SourceRef:
+    """The graph the inputs are linked to: the run's one triples source, else the whole embedded HPO. SpecError for
+    a task whose inputs are not texts (token tasks: the added text would shift the tags)."""
+    if len(run.sources) > 1:
+        raise SpecError(f"sources: context links inputs to one knowledge graph (got {len(run.sources)} sources)")
+    if run.task.kind == "token" or getattr(run.task, "kind", "") == "group":
+        raise SpecError(f"task: context hands facts to the model as text beside the input; it supports sequence, "
+                        f"pair and retrieval tasks, not {run.task.kind} tasks like {run.task.name!r}")
+    if run.sources:
+        return run.source_refs()[0]
+    from kinject.api import registry
+
+    cls = registry("sources").get("hpo")
+    source = cls(cls.Config())
+    source.check(run.env)
+    return run.source_ref(source, dataclasses.replace(run.env, limit=None))
+
+
+def context_task(run, cfg: ContextConfig, source: SourceRef) -> TaskRef:
+    options = cfg.model_dump(include={"give", "max_entities", "max_facts", "max_words", "synonyms", "relations"})
+    return run.task_ref().with_inputs(InputTransform(function=TRANSFORM, options=options, sources=(source,)))
+
+
+def context_stages(run, cfg: ContextConfig, source: SourceRef) -> list[Stage]:
+    """``context-facts`` (what is handed over, and the dose), ``context-finetune`` and ``context-evaluate`` on the
+    transformed task."""
+    task = context_task(run, cfg, source)
+    tune = finetune_stage(run, FINETUNE)
+    tune = dataclasses.replace(tune, config=tune.config.model_copy(update={"task": task}))
+    evaluate = evaluate_stage(run, FINETUNE, name=EVALUATE)
+    evaluate = dataclasses.replace(evaluate, config=evaluate.config.model_copy(update={"task": task}))
+    splits = [run.task.train_split, *(run.spec.training.eval_splits or run.task.eval_splits)]
+    facts = Stage(name=FACTS, body=context_facts_body, config=ContextFactsConfig(task=task, splits=splits),
+                  artifacts=("context.json",))
+    return [facts, tune, evaluate]

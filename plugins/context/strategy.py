@@ -1,0 +1,45 @@
+"""The `context` strategy: knowledge in context, the ceiling an injection method is read against.
+
+Each input's text (and text pair) is linked to the knowledge graph - exact and synonym matches of the graph's names,
+whole words, longest first - and what the graph says about the linked entities (their facts as sentences, "X is a
+Y.", and/or their definitions) is handed to the model as text beside the input (its second segment), within caps;
+then the model is fine-tuned as ``finetune`` does. The simplest member of the input-injection family (K-BERT and its
+successors). It reads the same source, with the same held-out facts, as every other method, so "the facts help when
+the model is handed them" is measured on the footing the injection methods are.
+
+Stages: ``finetune`` + ``evaluate`` (the baseline, shared), ``context-facts`` (what is handed over; the dose),
+``context-finetune`` + ``context-evaluate`` (on the transformed inputs: each prediction record carries its
+``context``), ``context-compare``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kinject.api import SourceRef, Stage, Strategy
+from kinject.plugins.training import evaluate_stage, finetune_stage
+
+from .config import ContextConfig
+from .plan import EVALUATE, context_stages, resolve
+
+
+class ContextStrategy(Strategy):
+    """Knowledge in context: the facts of the entities an input names, as text beside it; then fine-tune."""
+
+    Config: ClassVar = ContextConfig
+    consumes: ClassVar[frozenset[str]] = frozenset({"triples"})
+    protocols: ClassVar[dict] = {"quick": {"training": {"max_steps": 30}}}  # kinject run --quick
+
+    def validate(self, run) -> SourceRef:
+        super().validate(run)
+        return resolve(run, self.config)
+
+    def stages(self, run) -> list[Stage]:
+        from kinject.plugins.evidence.stage import compare_stage
+
+        stages = context_stages(run, self.config, run.resolved)
+        if self.config.baseline:
+            stages = [finetune_stage(run), evaluate_stage(run, "finetune", export=False), *stages,
+                      compare_stage(run, baseline="evaluate", other=EVALUATE, name="context-compare",
+                                    labels=("finetune", "context"))]
+        return stages

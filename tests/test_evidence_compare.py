@@ -31,7 +31,7 @@ def test_repeats_pair_by_seed_with_interval_and_seed_tests(tmp_path, capsys):
     out = compare_json(capsys, str(base), str(other), "--metric", "accuracy")
     assert out["task"] == "textcls" and out["split"] == "test" and out["examples"] == 60 and not out["warnings"]
     first, second = out["metrics"][0]["rows"]
-    assert first["run"] == str(base) and first["per_seed"] == {"1": 0.5, "2": 32 / 60, "3": 29 / 60}
+    assert first["run"] == "base" and first["path"] == str(base) and first["per_seed"] == {"1": 0.5, "2": 32 / 60, "3": 29 / 60}
     assert second["per_seed"] == {"1": 40 / 60, "2": 45 / 60, "3": 41 / 60}
     assert second["difference"] == pytest.approx((40 + 45 + 41 - 30 - 32 - 29) / 180)
     assert 0 < second["ci_low"] < second["difference"] < second["ci_high"]  # every example is right as often or more

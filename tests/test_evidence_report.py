@@ -55,14 +55,16 @@ def test_report_has_every_section_in_markdown_and_html(runs, tmp_path, capsys):
     for heading in SECTIONS:
         assert heading in md and f"<h2>{heading[3:]}" in html, heading
     # comparisons: the textcls pair, with the baseline first; the run without predictions named
-    assert "| run | seeds | accuracy | Δ vs baseline | 95% CI | t-test p | Wilcoxon p |" in md
-    assert re.search(rf"\| {re.escape(str(runs / 'better'))} \| 2 \| 0.7875 \| \+0.2500 \| \[\+0\.\d+, \+0\.\d+\] "
-                     r"\| - \| 0.5 \|", md)  # equal per-seed differences: no t-test; Wilcoxon exact 2/2**2
-    assert f"Without test predictions (not compared): {runs / 'nopreds'}." in md
+    assert ("| run | seeds | accuracy | Δ vs baseline | 95% CI (seeds × examples) | verdict | 95% CI (examples: these "
+            "models) | t-test p | Wilcoxon p |") in md
+    assert re.search(r"\| better \| 2 † \| 0.7875 \| \+0.2500 \| \[\+0\.\d+, \+0\.\d+\] \| gain \| "
+                     r"\[\+0\.\d+, \+0\.\d+\] \| - \| 0.5 \|", md)  # equal per-seed differences: no t-test; Wilcoxon 2/2**2
+    assert "† fewer than 5 paired seeds" in md
+    assert "Without test predictions (not compared): nopreds." in md  # named below the folder the runs share
     # the papers' figures beside ours (KIMERA Table 1, MedQuAD R@1; ours x 100)
     assert "| kimera: Table 1 (test; cross-encoder CAPR, left; clinical outcome prediction AUROC, right) | " \
            "KIMERA hard-mask | MedQuAD | recall@1 | 71.94 |" in md
-    assert f"| kinject: {runs / 'capr'} | tiny | kimera, 1 seed(s), test | recall@1 | 50.00 |" in md
+    assert "| kinject: capr | tiny | kimera, 1 seed(s), test | recall@1 | 50.00 |" in md
     assert "HealthQA" not in md  # a jsonl-dataset figure does not match a medquad run
     assert re.search(r"\| 1 \| 0.5000 \| 0.7500 \| 10 \|", md)  # a count stays an int, metrics keep 4 digits
     # plots: copied beside the Markdown, embedded in the HTML; the model folder's image is no plot
@@ -136,7 +138,7 @@ def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
     assert new.startswith("intro prose\n<!-- generated:demo -->\n") and "<!-- /generated:demo -->\nmore prose\n" in new
     assert new.endswith("<!-- generated:terms -->\n| term | tokenizer | pieces |\n|---|---|---|\n| lymphoma | vocab/tokenizer | 4 |\n"
                         "<!-- /generated:terms -->\n")  # a path under --runs is shown relative to it
-    assert "stale numbers" not in new and "| better | 2 |" in new
+    assert "stale numbers" not in new and "| better | 2 † |" in new
     assert subprocess.run([*cmd, "--check"]).returncode == 0  # up to date after
 
 

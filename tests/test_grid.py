@@ -138,7 +138,8 @@ def test_leaderboard_equals_kinject_compare(grid_run, data, tmp_path):
     assert other["difference"] != 0
     markdown = (copy / "leaderboard.md").read_text()
     _, table = comparison_table(result, result["metrics"][0])
-    assert f"| lora | finetune | 2 | {table[1][2]} | {table[1][3]} | {table[1][4]} |" in markdown  # as compare prints
+    assert (f"| lora | finetune | 2 † | {table[1][2]} | {table[1][3]} | {table[1][4]} | {table[1][5]} |"
+            in markdown)  # as compare prints: value, difference, the seed-inclusive interval and its verdict
     assert rows["lora"]["trainable_parameters"] < rows["finetune"]["trainable_parameters"]  # LoRA + the head
     assert rows["lora"]["wall_seconds"] > 0
     assert "<table>" in (copy / "leaderboard.html").read_text() and "Δ vs finetune" in markdown

@@ -128,7 +128,9 @@ def test_the_mlm_training_spec_nulls_fine_tuning_only_settings(tmp_path, textcls
     run = run_context(tmp_path, textcls_dir, head_learning_rate=1e-2, min_steps=5, eval_steps=3)
     spec = mlm_training_spec(run.spec.training, 7, 2e-4, 4, gradient_accumulation=2, warmup_ratio=0.2)
     assert (spec.max_steps, spec.learning_rate, spec.batch_size, spec.gradient_accumulation_steps) == (7, 2e-4, 4, 2)
-    assert spec.epochs == 1.0 and spec.warmup_ratio == 0.2 and not spec.group_by_length
+    assert spec.epochs == 1.0 and spec.warmup_ratio == 0.2 and spec.group_by_length  # an order the dose reconstructs
+    by_epochs = mlm_training_spec(run.spec.training, 7, 2e-4, 4, epochs=2.5)  # knowledge.epochs instead of steps
+    assert (by_epochs.epochs, by_epochs.max_steps) == (2.5, -1)
     assert spec.head_learning_rate is None and spec.min_steps is None and spec.eval_steps is None
     assert spec.weight_decay == run.spec.training.weight_decay and spec.save_steps == run.spec.training.save_steps
 

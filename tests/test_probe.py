@@ -43,15 +43,22 @@ def test_every_built_in_strategy_gets_the_probe_after_its_last_evaluate_stage(ev
 
 
 def test_the_probe_is_keyed_without_tools_and_the_base_stage_by_the_base_model_only(every_stage):
-    base_keys = {every_stage[f"{name}/probe-base"].key for name in STRATEGIES}
-    assert len(base_keys) == 1  # one cached stage for every strategy
+    # one cached base stage per probed graph: the strategies that inject kg.tsv are probed on it, the others on the
+    # HPO is-a graph (the probe follows the knowledge)
+    base_keys = {name: every_stage[f"{name}/probe-base"].key for name in STRATEGIES}
+    assert base_keys["kimera"] == base_keys["mop"] != base_keys["finetune"]
+    assert len({base_keys[n] for n in ("finetune", "doktra", "stilt", "pretrain")}) == 1
+    assert every_stage["kimera/probe"].stage.config.probe.source.name == "triples"
+    assert every_stage["finetune/probe"].stage.config.probe.source.options["include"] == ["isa"]
     base = every_stage["finetune/probe-base"].record
     assert set(base["config"]) == {"model", "probe"} and base["inputs"] == {}
     for name in STRATEGIES:
         for stage in ("probe-base", "probe"):
             code = every_stage[f"{name}/{stage}"].record["code"]
             assert not [m for m in code if any(t in m for t in TOOLS)], (name, stage)
-            assert "kinject.plugins.knowledge.probe" in code and "kinject.tasks.hpo_terms" in code
+            assert "kinject.plugins.knowledge.probe" in code
+            hpo = every_stage[f"{name}/{stage}"].stage.config.probe.source.name == "hpo"
+            assert ("kinject.plugins.knowledge.sources.hpo" in code) == hpo  # the graph asked about is keyed
             assert "kinject.plugins.knowledge.hooks" not in code  # where the stages are planned: no part of them
 
 

@@ -75,4 +75,16 @@ def test_a_third_party_kg_to_text_strategy_reuses_the_public_builders(tmp_path, 
     assert mlm["global_step"] == 6
     coverage = json.loads((out / "coverage.json").read_text())  # its own stage's artifact, exported
     assert coverage["examples"] == 16 and 0 <= coverage["share"] <= 1
-    assert {"dev", "test"} <= set(json.loads((out / "metrics.json").read_text()))
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert {"dev", "test"} <= set(metrics)
+    dose = metrics["dose"]  # a third party's MLM on the public builder records its dose like a built-in method
+    assert dose["unit"] == "texts" and dose["rows_seen"] > 0 and dose["distinct"] > 0 and len(dose["digest"]) == 16
+    ran = subprocess.run([sys.executable, "-m", "kinject", "run", "kgtext", "--task", "textcls", "--model", "tiny",
+                          "--set", f"task.path={textcls_dir}", "--set", "model.max_length=32",
+                          "--set", f'sources=[{{"name": "triples", "path": "{kg}"}}]', "--set", "knowledge.epochs=1",
+                          "--set", "strategy.head_steps=3", "--set", "training.epochs=1", "--set",
+                          "knowledge_probe=false", "-o", str(tmp_path / "dosed")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    dosed = json.loads((tmp_path / "dosed" / "metrics.json").read_text())["dose"]  # knowledge.epochs reached it
+    assert dosed["epochs"] == 1.0 and 100 < dosed["distinct"] == dosed["available"] <= 121  # distinct sentences

@@ -11,7 +11,9 @@ Usage:
 docs/results.yaml: ``blocks: {NAME: {runs: [paths relative to --runs, baseline first], split: test,
 metrics: [entity_f1], resamples: 2000}}``; ``kind: metrics`` makes a plain table of metrics.json values per run
 (mean ± std over seeds, per-seed values) instead of a comparison; ``kind: csv`` with ``path:`` renders a CSV file
-a command wrote (``kinject vocab compare --csv``).
+a command wrote (``kinject vocab compare --csv``); ``kind: seed-reading`` with ``of: NAME`` turns block NAME's printed
+per-seed values into the seed-level reading (per-seed differences, a t-interval over seeds, the verdict): for blocks
+whose run folders are no longer at hand.
 """
 
 from __future__ import annotations
@@ -50,6 +52,56 @@ def render(name: str, block: dict, runs: Path) -> str:
                                root=runs)
 
 
+def seed_reading(page: str, of: str) -> str:
+    """The seed-level reading of generated comparison block ``of``, computed from the per-seed values the page
+    prints (for blocks whose run folders are no longer at hand): each arm's per-seed differences to the baseline
+    (paired by seed order, over the seeds both have), their mean, a 95% t-interval over those seeds (k - 1 degrees
+    of freedom) and the verdict it gives. An interval over seeds is what "does the method help" needs; the page's
+    intervals over examples hold the trained models fixed."""
+    import numpy as np
+    from scipy import stats
+
+    from kinject.plugins.evidence.bootstrap import verdict
+    from kinject.plugins.evidence.compare import FEW_SEEDS, metric_direction
+    from kinject.plugins.evidence.render import TableBlock, to_markdown
+
+    found = re.search(rf"<!-- generated:{re.escape(of)} -->\n(.*?)<!-- /generated:{re.escape(of)} -->", page, re.S)
+    if not found:
+        raise KeyError(f"seed reading of {of!r}: no such generated block")
+    out = []
+    for title, table in re.findall(r"(\*\*[^\n]*\*\*)[^\n]*\n\n((?:\|[^\n]*\n)+)", found.group(1)):
+        lines = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.strip().splitlines()]
+        header, rows = lines[0], [r for r in lines[2:] if len(r) == len(lines[0])]
+        if "per seed" not in header or not rows:
+            continue
+        metric = title.strip("*").split(",")[-1].strip()
+        better = metric_direction(metric)
+        column = header.index("per seed")
+        base = [float(v) for v in rows[0][column].split(",")]
+        cells = []
+        for row in rows[1:]:
+            values = [float(v) for v in row[column].split(",")]
+            paired = re.search(r"\((\d+) paired\)", row[1])
+            k = int(paired.group(1)) if paired else min(len(base), len(values))
+            if not paired and len(base) != len(values):
+                continue
+            diff = np.array(values[:k]) - np.array(base[:k])
+            mean = float(diff.mean())
+            if k >= 2 and diff.std(ddof=1) > 0:
+                half = float(stats.t.ppf(0.975, k - 1) * diff.std(ddof=1) / np.sqrt(k))
+                low, high = mean - half, mean + half
+                ci, call = f"[{low:+.4f}, {high:+.4f}]", verdict(low, high, better)
+            else:
+                ci, call = "-", "one seed" if k < 2 else verdict(mean, mean, better)
+            cells.append([row[0], f"{k}{' †' if k < FEW_SEEDS else ''}", ", ".join(f"{d:+.3f}" for d in diff),
+                          f"{mean:+.4f}", ci, call])
+        if cells:
+            out += [f"{title} - over seeds:", "",
+                    to_markdown([TableBlock(["run", "paired seeds", "Δ per seed", "mean Δ",
+                                             "95% CI over seeds (t)", "verdict"], cells)]).strip(), ""]
+    return "\n".join(out) if out else "(no per-seed values in the block)"
+
+
 def fill(page: str, name: str, body: str) -> str:
     """``page`` with the text between NAME's markers replaced by ``body`` (KeyError if the markers are missing)."""
     pattern = re.compile(rf"(<!-- generated:{re.escape(name)} -->\n).*?(<!-- /generated:{re.escape(name)} -->)", re.S)
@@ -70,6 +122,9 @@ def main() -> int:
     page = original = args.page.read_text(encoding="utf-8")
     for name, block in blocks.items():
         if args.only and name not in args.only:
+            continue
+        if block.get("kind") == "seed-reading":  # from the page's own per-seed values (after its source block)
+            page = fill(page, name, seed_reading(page, block["of"]))
             continue
         missing = [p for p in block.get("runs", [block.get("path")]) if not (args.runs / p).exists()]
         if missing:

@@ -20,9 +20,10 @@ def resolve(run, cfg: ContextConfig) -> SourceRef:
     a task whose inputs are not texts (token tasks: the added text would shift the tags)."""
     if len(run.sources) > 1:
         raise SpecError(f"sources: context links inputs to one knowledge graph (got {len(run.sources)} sources)")
-    if run.task.kind == "token" or getattr(run.task, "kind", "") == "group":
-        raise SpecError(f"task: context hands facts to the model as text beside the input; it supports sequence, "
-                        f"pair and retrieval tasks, not {run.task.kind} tasks like {run.task.name!r}")
+    if run.task.head(run.env).kind == "token":
+        raise SpecError(f"task: context hands facts to the model as text beside the input, which would shift a token "
+                        f"task's tags; it supports sequence, pair and retrieval tasks, not {run.task.name!r} "
+                        f"({run.task.kind})")
     if run.sources:
         return run.source_refs()[0]
     from kinject.api import registry

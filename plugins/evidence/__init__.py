@@ -1,9 +1,39 @@
-"""Evidence from runs: per-example paired comparisons with bootstrap intervals, per-seed tests, reports, sweeps.
+"""kinject's evidence library: per-example paired comparisons with intervals over seeds and examples, verdicts,
+per-seed tests, reports, sweeps and grids. docs/evidence.md says what the numbers mean.
 
-``kinject compare`` / ``kinject report`` / ``kinject sweep`` are built on this package; docs/evidence.md says
-what the numbers mean.
-
-Modules: ``compare`` (pairing runs), ``stats`` (bootstrap, seed tests), ``scorers`` and ``metrics`` (recomputing a
-metric from predictions), ``report``/``render`` (pages), ``sweep``/``study`` (optuna), ``stage`` (the paired
-comparison stage methods end with), ``cli`` (the commands). Importing the package imports none of them.
+Its front door: import what a plugin, a notebook or a script uses from here (``from kinject.plugins.evidence import
+compare_prediction_files``); the modules behind it (``compare``, ``bootstrap``, ``stats``, ``scorers``, ``metrics``,
+``report``/``render``, ``sweep``/``study``, ``grid*``, ``stage``, ``cli``) are internal. Names are imported on first
+use, so importing the package imports none of them; in a stage's key a name counts as its defining module.
 """
+
+from __future__ import annotations
+
+__kinject_facade__ = True
+
+import importlib
+
+_EXPORTS = {  # name -> the module defining it
+    ".compare": ("compare_prediction_files", "compare_runs", "comparison_table", "pair", "print_comparison"),
+    ".bootstrap": ("bootstrap_intervals", "two_way_bootstrap", "verdict"),
+    ".stats": ("paired_bootstrap", "seed_tests"),
+    ".runs": ("find_runs", "load_predictions"),
+    ".report": ("build_report", "comparison_markdown", "metrics_markdown"),
+    ".stage": ("CompareConfig", "compare_stage"),
+    ".study": ("run_sweep",),
+    ".grid": ("load_grid",),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

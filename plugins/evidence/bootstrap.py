@@ -53,30 +53,35 @@ def _weighted(scorer: Scorer) -> bool:
     return type(scorer).value is Scorer.value
 
 
-def _values(scorer: Scorer, x: np.ndarray, draws: np.ndarray, codes: np.ndarray, members: list[np.ndarray] | None,
-            weighted: bool) -> np.ndarray:
+def _weights(draws: np.ndarray, codes: np.ndarray, groups: int) -> np.ndarray:
+    """How often each example is drawn in each replicate: (replicates, n), from the groups drawn."""
+    size = len(draws)
+    flat = (np.arange(size)[:, None] * groups + draws).ravel()
+    counts = np.bincount(flat, minlength=size * groups).reshape(size, groups).astype(np.float64)
+    return counts if groups == len(codes) else counts[:, codes]
+
+
+def _values(scorer: Scorer, x: np.ndarray, draws: np.ndarray, weights: np.ndarray | None,
+            members: list[np.ndarray] | None) -> np.ndarray:
     """Per-seed metric of each replicate: (replicates, seeds). ``x``: (n, d, seeds); ``draws``: (replicates, groups)
-    group indices drawn."""
+    group indices drawn; ``weights``: their example counts, for a scorer whose value is one of sums."""
     n, d, seeds = x.shape
-    groups = int(codes.max()) + 1
-    if weighted:
-        counts = np.zeros((len(draws), groups))
-        np.add.at(counts, (np.repeat(np.arange(len(draws)), draws.shape[1]), draws.ravel()), 1.0)
-        weights = counts[:, codes]  # (replicates, n)
-        sums = np.einsum("nds,bn->dsb", x, weights, optimize=True)
-        return np.asarray(scorer.reduce(sums, n)).T  # (replicates, seeds)
+    if weights is not None:
+        sums = (weights @ x.reshape(n, d * seeds)).reshape(len(weights), d, seeds)  # (replicates, d, seeds)
+        return np.asarray(scorer.reduce(np.moveaxis(sums, 0, -1), n)).T  # reduce: (d, seeds, replicates)
     moved = np.moveaxis(x, 0, -1)  # (d, seeds, n)
     if members is None:  # one example per group: all replicates of the batch as one array (d, seeds, size, n)
         return np.asarray(scorer.value(moved[:, :, draws])).T
     return np.stack([scorer.value(moved[:, :, np.concatenate([members[g] for g in row])]) for row in draws])
 
 
-def two_way_bootstrap(scorer: Scorer, a: np.ndarray, b: np.ndarray, groups: list | None = None,
-                      resample_seeds: bool = True, n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0,
-                      method: str = "percentile") -> Interval:
-    """Interval of mean-over-seeds metric(b) - metric(a). ``a``/``b``: per-example sufficient statistics of the two
-    systems, shape (examples, d, seeds) (the seeds paired by position); ``groups``: a unit per example (None: each
-    example its own); ``method``: percentile (default) or basic."""
+def bootstrap_intervals(scorer: Scorer, a: np.ndarray, b: np.ndarray, groups: list | None = None,
+                        n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0,
+                        method: str = "percentile") -> tuple[Interval, Interval]:
+    """(two-way interval over seeds and examples, example-only interval) of mean-over-seeds metric(b) - metric(a),
+    from one set of replicates (the same example draws for both). ``a``/``b``: per-example sufficient statistics of
+    the two systems, shape (examples, d, seeds) (seeds paired by position); ``groups``: a unit per example (None:
+    each example its own); ``method``: percentile (default) or basic."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[2]:
         raise ValueError(f"paired samples need the same examples and seeds ({a.shape} vs {b.shape})")
@@ -95,35 +100,45 @@ def two_way_bootstrap(scorer: Scorer, a: np.ndarray, b: np.ndarray, groups: list
     point_a, point_b = float(per_seed(a).mean()), float(per_seed(b).mean())
     example_rng = np.random.default_rng(seed)
     seed_rng = np.random.default_rng([seed, 1])
-    width = max(1, a.shape[1] + b.shape[1]) * seeds * n + 2 * n  # per replicate: the gathered or weighted arrays
+    width = max(1, a.shape[1] + b.shape[1]) * seeds * n + 3 * n  # per replicate: the gathered or weighted arrays
     batch = max(1, min(n_resamples, ELEMENTS_PER_BATCH // max(1, width)))
-    replicates = []
+    both, examples = [], []
     done = 0
     with np.errstate(invalid="ignore", divide="ignore"):
         while done < n_resamples:
             size = min(batch, n_resamples - done)
             draws = example_rng.integers(0, count, (size, count))
-            picks = seed_rng.integers(0, seeds, (size, seeds)) if resample_seeds and seeds > 1 else None
-            va = _values(scorer, a, draws, codes, members, weighted)
-            vb = _values(scorer, b, draws, codes, members, weighted)
-            diff = vb - va  # (size, seeds)
-            if picks is not None:
-                diff = np.take_along_axis(diff, picks, axis=1)
-            replicates.append(diff.mean(axis=1))
+            picks = seed_rng.integers(0, seeds, (size, seeds))
+            weights = _weights(draws, codes, count) if weighted else None
+            diff = _values(scorer, b, draws, weights, members) - _values(scorer, a, draws, weights, members)
+            examples.append(diff.mean(axis=1))
+            both.append(np.take_along_axis(diff, picks, axis=1).mean(axis=1) if seeds > 1 else diff.mean(axis=1))
             done += size
-    distribution = np.concatenate(replicates)
-    distribution = distribution[np.isfinite(distribution)]
-    tail = (1 - confidence) / 2
-    low, high = (float(v) for v in np.quantile(distribution, [tail, 1 - tail])) if len(distribution) else \
-        (float("nan"), float("nan"))
     difference = point_b - point_a
-    used = "basic" if method.lower() == "basic" else "percentile"
-    if used == "basic":
-        low, high = 2 * difference - high, 2 * difference - low
-    return Interval(a=point_a, b=point_b, difference=difference, low=low, high=high, confidence=confidence, n=n,
-                    seeds=seeds, groups=count, n_resamples=n_resamples, method=used,
-                    standard_error=float(np.std(distribution, ddof=1)) if len(distribution) > 1 else 0.0,
-                    resampled="seeds and examples" if resample_seeds and seeds > 1 else "examples")
+
+    def interval(replicates: list[np.ndarray], resampled: str) -> Interval:
+        distribution = np.concatenate(replicates)
+        distribution = distribution[np.isfinite(distribution)]
+        tail = (1 - confidence) / 2
+        low, high = (float(v) for v in np.quantile(distribution, [tail, 1 - tail])) if len(distribution) else \
+            (float("nan"), float("nan"))
+        used = "basic" if method.lower() == "basic" else "percentile"
+        if used == "basic":
+            low, high = 2 * difference - high, 2 * difference - low
+        return Interval(a=point_a, b=point_b, difference=difference, low=low, high=high, confidence=confidence,
+                        n=n, seeds=seeds, groups=count, n_resamples=n_resamples, method=used,
+                        standard_error=float(np.std(distribution, ddof=1)) if len(distribution) > 1 else 0.0,
+                        resampled=resampled)
+
+    return (interval(both, "seeds and examples" if seeds > 1 else "examples"), interval(examples, "examples"))
+
+
+def two_way_bootstrap(scorer: Scorer, a: np.ndarray, b: np.ndarray, groups: list | None = None,
+                      resample_seeds: bool = True, n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0,
+                      method: str = "percentile") -> Interval:
+    """One of :func:`bootstrap_intervals`: the two-way interval (``resample_seeds``) or the example-only one."""
+    both, examples = bootstrap_intervals(scorer, a, b, groups, n_resamples, confidence, seed, method)
+    return both if resample_seeds else examples
 
 
 def verdict(low: float, high: float, greater_is_better: bool = True) -> str:

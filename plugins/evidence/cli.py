@@ -49,6 +49,9 @@ def compare(runs: List[str] = typer.Argument(..., help="Run directories, --repea
         sets = base + [s for s in sets if s.path.resolve() != base[0].path.resolve()]
     if len(sets) < 2:
         raise KinjectError("compare needs at least two runs (or a --baseline and one run)")
+    from kinject.plugins.evidence.runs import short_names
+
+    short_names(sets)
     result = compare_runs(sets, split, metric, n_resamples=resamples, confidence=confidence, seed=seed,
                           method=method)
     if as_json:

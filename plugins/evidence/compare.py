@@ -56,7 +56,7 @@ def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[i
     together. A system run with other seeds than the baseline is paired over the seeds both have (``paired_seeds``;
     its ``value`` is then its mean over all its seeds, the difference is over the shared ones); two single-seed runs
     of different seeds are paired by example only; several seeds with none in common is an error."""
-    from kinject.plugins.evidence.bootstrap import two_way_bootstrap, verdict
+    from kinject.plugins.evidence.bootstrap import bootstrap_intervals, verdict
 
     scorer = scorer_for(metric, [r for side in (baseline, *others) for r in side.values()])
     base_stats, base_values = _stack(scorer, baseline)
@@ -74,9 +74,8 @@ def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[i
             elif len(baseline) > 1 or len(side) > 1:
                 raise KinjectError(f"no seed in common (baseline seeds {sorted(baseline)}, other seeds "
                                    f"{sorted(side)}): a paired comparison needs the same seeds on both sides")
-        options = dict(groups=groups, n_resamples=n_resamples, confidence=confidence, seed=seed, method=method)
-        both = two_way_bootstrap(scorer, a, b, resample_seeds=True, **options)
-        examples = two_way_bootstrap(scorer, a, b, resample_seeds=False, **options)
+        both, examples = bootstrap_intervals(scorer, a, b, groups=groups, n_resamples=n_resamples,
+                                             confidence=confidence, seed=seed, method=method)
         row = {"value": float(np.mean(list(values.values()))), "per_seed": values, "difference": both.difference,
                "ci_low": both.low, "ci_high": both.high, "interval": both.resampled,
                "ci_low_examples": examples.low, "ci_high_examples": examples.high,
@@ -144,7 +143,7 @@ def compare_runs(run_sets: list[RunSet], split: str = "test", metrics: list[str]
                 if isinstance(reported[s], (int, float)) and abs(reported[s] - value) > REPORTED_TOLERANCE:
                     out["warnings"].append(f"{run_set.runs[s].path}: {key} recomputed from predictions is "
                                            f"{value:.6g} but metrics.json says {reported[s]:.6g}")
-            row.update(run=run_set.name, strategy=run_set.strategy, seeds=sorted(run_set.runs),
+            row.update(run=run_set.name, path=str(run_set.path), strategy=run_set.strategy, seeds=sorted(run_set.runs),
                        per_seed={str(s): v for s, v in row["per_seed"].items()})
             if any(s.probe() for s in run_sets):  # the knowledge probe beside the task metric
                 row["probe"] = _probe_row(run_set)

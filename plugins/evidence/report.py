@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from kinject.api import KinjectError
-from kinject.plugins.evidence.compare import comparison_table, compare_runs
+from kinject.plugins.evidence.compare import compare_runs, comparison_table, probe_table, table_notes
 from kinject.plugins.evidence.papers import figures_for, paper_title
 from kinject.plugins.evidence.render import Block, Code, Details, Heading, Image, Para, TableBlock, to_html, to_markdown
 from kinject.plugins.evidence.runs import RunSet, find_runs
@@ -104,9 +104,11 @@ def _signed(values: list[float]) -> str:
 def _comparison_section(groups: dict[str, list[RunSet]], split: str, metrics: list[str] | None,
                         n_resamples: int, seed: int) -> tuple[list[Block], list[dict]]:
     blocks: list[Block] = [Heading(2, "Paired comparisons"),
-                           Para("Difference to the first run of each task (the baseline), with a paired bootstrap "
-                                "interval over the evaluation examples and, where both sides have several seeds, "
-                                "paired per-seed t-test and Wilcoxon p-values (docs/evidence.md).")]
+                           Para("Difference to the first run of each task (the baseline), with a 95% interval from "
+                                "a two-way bootstrap over seeds and evaluation units (the verdict reads it), the "
+                                "interval over units alone (conditional on these trained models) and, where both "
+                                "sides have several seeds, paired per-seed t-test and Wilcoxon p-values "
+                                "(docs/evidence.md).")]
     results = []
     for task, sets in groups.items():
         usable = [s for s in sets if all((r.path / "predictions" / f"{split}.jsonl").exists() for r in s.runs.values())]
@@ -126,7 +128,13 @@ def _comparison_section(groups: dict[str, list[RunSet]], split: str, metrics: li
         for block in result["metrics"]:
             headers, rows = comparison_table(result, block)
             blocks += [Para(f"{block['metric']} on {result['examples']} {split} examples ({result['resamples']} "
-                            "resamples):"), TableBlock(headers, rows)]
+                            "resamples):"), TableBlock(headers, rows), Para(" ".join(table_notes(result, block)))]
+        probe = probe_table(result)
+        if probe:
+            blocks += [Para(f"Knowledge probe ({result['probe']['kind']}), each arm against the baseline on the same "
+                            "probe-test facts:"), TableBlock(*probe)]
+        if (result.get("probe") or {}).get("note"):
+            blocks.append(Para("Probe: " + result["probe"]["note"]))
         blocks += [Para("Warning: " + w) for w in result["warnings"]]
     return blocks, results
 
@@ -202,6 +210,9 @@ def build_report(arguments: list[str], output: Path, split: str = "test", metric
     if output.exists() and any(output.iterdir()) and not (output / "report.md").exists():
         raise KinjectError(f"{output}: exists and is not a kinject report folder; choose another -o")
     run_sets = find_runs(arguments, groups=True)
+    from kinject.plugins.evidence.runs import short_names
+
+    short_names(run_sets)  # tables name runs by their path below the folder they share
     groups = _by_task(run_sets)
     comparisons, results = _comparison_section(groups, split, metrics, n_resamples, seed)
     plots = _plots(run_sets)
@@ -239,6 +250,7 @@ def comparison_markdown(arguments: list[str], split: str = "test", metrics: list
     blocks: list[Block] = []
     for block in result["metrics"]:
         headers, rows = comparison_table(result, block)
+        notes = table_notes(result, block)
         spread = [_mean_std(list(row["per_seed"].values())) for row in block["rows"]]
         per_seed = [", ".join(f"{v:.3f}" for _, v in sorted(row["per_seed"].items(), key=lambda kv: int(kv[0])))
                     for row in block["rows"]]
@@ -246,7 +258,7 @@ def comparison_markdown(arguments: list[str], split: str = "test", metrics: list
         rows = [[r[0], r[1], s, p, *r[3:]] for r, s, p in zip(rows, spread, per_seed)]
         blocks += [Para(f"**{result['task']}, {block['metric']}** on {result['examples']} {split} examples; "
                         f"baseline {result['baseline']}; {result['resamples']} paired bootstrap resamples "
-                        f"(seed {seed})."), TableBlock(headers, rows)]
+                        f"(seed {seed})."), TableBlock(headers, rows), Para(" ".join(notes))]
     blocks += [Para("Warning: " + w) for w in result["warnings"]]
     return to_markdown(blocks)
 

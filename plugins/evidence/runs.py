@@ -134,6 +134,21 @@ class RunSet:
                 "gain": sum(model[s] - base[s] for s in model) / len(model)}
 
 
+def short_names(run_sets: list[RunSet]) -> None:
+    """Name each run set by its path relative to the folder all of them share (``runs/a``, ``runs/b`` -> ``a``,
+    ``b``), so tables are not widened by a machine's folders; a single set keeps its last two path parts."""
+    import os
+
+    paths = [s.path.absolute() for s in run_sets]
+    if not paths:
+        return
+    common = Path(os.path.commonpath([str(p) for p in paths])) if len(paths) > 1 else paths[0].parent.parent
+    names = [str(p.relative_to(common)) if p != common else p.name for p in paths]
+    if len(set(names)) == len(names):
+        for run_set, name in zip(run_sets, names):
+            run_set.name = name or run_set.path.name
+
+
 def _expand(argument: str) -> list[Path]:
     if any(ch in argument for ch in "*?[") and not Path(argument).exists():
         matches = sorted(glob.glob(argument))

@@ -311,11 +311,12 @@ def _write_dose(ctx: StageContext, cfg: PartAdapterConfig, data, train_rows: np.
                 stats: dict) -> None:
     """The adapter's knowledge dose: the part's training triples its steps consumed (the training library's
     length-grouped order, reconstructed), against the part's training triples."""
-    from kinject.plugins.knowledge.kg.data import write_kg_dose
+    from kinject.plugins.knowledge.kg.data import triple_keys, write_kg_dose
     from kinject.plugins.training import consumed_rows
 
     triple_of = np.concatenate([train_rows] * (2 if cfg.bidirectional else 1)).astype(np.int64)
     steps = int(stats.get("global_step", 0)) if stats else 0
     taken = consumed_rows([len(f["input_ids"]) for f in features], cfg.training.batch_size, steps,
                           cfg.seed + cfg.part, cfg.training.gradient_accumulation_steps)
-    write_kg_dose(ctx.out, data, {"tail": triple_of[taken]}, rows_total=len(features), available=len(train_rows))
+    write_kg_dose(ctx.out, data, {"tail": triple_of[taken]}, rows_total=len(features),
+                  available=len(np.unique(triple_keys(data, train_rows))))

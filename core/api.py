@@ -26,14 +26,16 @@ from kinject.spec import (FILE_PATH, KnowledgeSpec, ModelSpec, PeftSpec, PluginR
 from kinject.knowledge import (DOSE_FILE, HeldOutFacts, HeldOutSource, fact_key, fact_keys, facts_digest,
                                held_out_count, words, write_dose)
 # -- errors (one line, exit 2) ------------------------------------------------------------------------- #
-from kinject.errors import (DataError, DataMissingError, KinjectError, PluginLoadError, SpecError,
-                            UnknownNameError)
+from kinject.errors import (DataError, DataMissingError, Interrupted, KinjectError, LeaseLost, PluginLoadError,
+                            SpecError, UnknownNameError)
 # -- models ------------------------------------------------------------------------------------------- #
-from kinject.models import keep_layers, load_encoder, load_tokenizer, masked_mean, native_bf16, offline, resolve_model
+from kinject.models import (keep_layers, load_encoder, load_tokenizer, masked_mean, native_bf16, offline, resolve_model,
+                            usable_positions)
 # -- data files and the disk -------------------------------------------------------------------------- #
-from kinject.io import (file_digest, iter_lines, open_text, package_folder, plain, read_csv_columns, read_jsonl,
-                        read_tsv, text_field)
-from kinject.files import FilesystemError, atomic_directory, atomic_file, atomic_write_text, check_writable
+from kinject.io import (bounded_lines, count_lines, file_digest, first_line, iter_lines, line_cap, open_text, package_folder, plain,
+                        read_csv_columns, read_jsonl, read_tsv, text_field)
+from kinject.files import (FilesystemError, atomic_directory, atomic_file, atomic_write_text, check_weights,
+                           check_writable, weights_problem)
 # -- processes, plugins, hooks ----------------------------------------------------------------------- #
 from kinject.distributed import barrier, is_main_process, rank, world_size
 from kinject.registry import registry
@@ -44,5 +46,6 @@ from kinject.results import print_metrics, summarize_seeds
 from kinject.spec import (apply_overrides, build_spec, default_cache_dir, default_data_dir, format_validation_error,
                           load_spec_file, load_yaml)
 from kinject.engine import RunContext, execute, plan, prepare, run_folder
+from kinject.planning import check_fence  # a long stage body's check that its lease still holds
 
 __all__ = ["__version__", *(name for name in dir() if not name.startswith("_") and name != "annotations")]

@@ -50,8 +50,11 @@ class StageLock:
     and yields whether it had to wait."""
 
     def __init__(self, folder: Path, label: str, run: str = ""):
+        import uuid
+
         self.folder, self.label, self.run = Path(folder), label, run
         self._lock = _make_lock(lock_path(self.folder))
+        self.token = uuid.uuid4().hex  # this hold's generation: a holder that took the stage over writes its own
 
     def __enter__(self) -> bool:
         from filelock import Timeout
@@ -65,19 +68,35 @@ class StageLock:
                 if waited_since is None:
                     waited_since = time.monotonic()
                     log.info("stage %s: waiting for %s, which is computing it", self.label, self.holder())
-        info = {"host": HOST, "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run": self.run}
+        info = {"host": HOST, "pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run": self.run,
+                "token": self.token}
         try:
             atomic_write_text(owner_path(self.folder), json.dumps(info))
         except OSError:
-            pass  # the owner file only feeds messages
+            pass  # the owner file feeds messages and, for leases, the fence
         if waited_since is not None:
             log.info("stage %s: free after %.0f s", self.label, time.monotonic() - waited_since)
         return waited_since is not None
 
     def __exit__(self, *exc) -> bool:
-        owner_path(self.folder).unlink(missing_ok=True)
-        self._lock.release()
+        if self.holds():  # a holder whose lease was taken over leaves the new holder's records alone
+            owner_path(self.folder).unlink(missing_ok=True)
+        try:
+            self._lock.release()
+        except Exception:  # noqa: BLE001 - a lease another process took over is not this process's to release
+            pass
         return False
+
+    def holds(self) -> bool:
+        """Whether this process still holds the stage: always with flock (the kernel keeps the lock until the
+        process dies); with leases, while the owner file still carries this hold's token (a process that stalled
+        past the lease - Ctrl-Z, a suspended VM - finds another's token there: the stage was taken over)."""
+        if os.environ.get("KINJECT_LOCK", "flock") != "lease":
+            return True
+        try:
+            return json.loads(owner_path(self.folder).read_text()).get("token") == self.token
+        except (OSError, ValueError):
+            return False
 
     def holder(self) -> str:
         """Who holds the lock, as far as its owner file says."""

@@ -155,12 +155,14 @@ def make_environment(spec: RunSpec) -> Environment:
 
 
 def _resolve_model(spec: RunSpec, env: Environment) -> str:
-    from kinject.models import resolve_model
+    """The model's loadable path, its config read and the model settings checked against it (before any stage)."""
+    from kinject.models import check_model_settings, model_config, resolve_model
 
     path = resolve_model(spec.model.name, env.cache_dir)
     if spec.model.revision and Path(path).exists():
         raise SpecError(f"model.revision: {spec.model.revision!r} pins a hub revision, but model "
                         f"{spec.model.name!r} is a local model ({path})")
+    check_model_settings(spec.model, model_config(spec.model.name, path, spec.model.revision))
     return path
 
 

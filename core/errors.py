@@ -38,3 +38,34 @@ class DataError(KinjectError):
 
 class DataMissingError(DataError):
     """A dataset was not found where kinject looked."""
+
+
+class LeaseLost(KinjectError):
+    """This process's lease on a stage expired (it stalled past ``KINJECT_LOCK_LEASE``) and another process took the
+    stage over: this one stops computing it, publishes nothing, and waits for the other's result."""
+
+
+class Interrupted(BaseException):
+    """Ctrl-C (SIGINT) or SIGTERM while a command runs: unwinds like KeyboardInterrupt (locks released, temporary
+    folders removed, checkpoints kept), then one line and exit code 128 + the signal (130, 143). ``detail``: what
+    the command that was interrupted has to say (cells done, how to continue)."""
+
+    NAMES = {2: "Ctrl-C (SIGINT)", 15: "SIGTERM"}
+
+    def __init__(self, signum: int = 2, detail: str = ""):
+        super().__init__(signum, detail)
+        self.signum, self.detail = signum, detail
+        import sys
+
+        running = getattr(sys.modules.get("kinject.planning"), "RUNNING", None)
+        self.stage = running[-1] if running else None  # where it struck (unwinding forgets it)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+    def message(self) -> str:
+        where = f" during stage {self.stage}" if self.stage else ""
+        detail = self.detail or ("nothing is half-written and a stage's checkpoints are kept: run the same command "
+                                 "again (with --resume to continue from its checkpoints)")
+        return f"interrupted by {self.NAMES.get(self.signum, f'signal {self.signum}')}{where}: {detail}"

@@ -265,3 +265,58 @@ def check_writable(folder: Path, what: str) -> None:
     except OSError as exc:
         reason = FAULTS.get(exc.errno, exc.strerror or type(exc).__name__)
         raise FilesystemError(f"{what} {exc.filename or folder}: cannot write there ({reason})") from None
+
+
+# -- weights a run reads back -------------------------------------------------------------------------------- #
+def weights_problem(path: Path) -> str | None:
+    """Why a safetensors file is not whole (None when it is): its header length, its JSON header and the bytes that
+    header describes must all be in the file - what a write cut short (a power loss without fsync, a full disk)
+    leaves out. Reads the header only."""
+    import json
+
+    path = Path(path)
+    size = path.stat().st_size
+    if size < 8:
+        return f"{size} bytes, not even a header"
+    with open(path, "rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        if 8 + length > size:
+            return f"{size} bytes, shorter than its {length}-byte header says"
+        try:
+            header = json.loads(handle.read(length))
+        except ValueError:
+            return "its header is not JSON"
+    if not isinstance(header, dict):
+        return "its header is not a table of tensors"
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return "its header is malformed"
+    if 8 + length + end != size:
+        return f"{size} bytes where its header describes {8 + length + end}"
+    return None
+
+
+def check_weights(folder: Path, what: str = "model") -> None:
+    """One line (a DataError naming the file) when a model folder's weights are missing, cut short or damaged:
+    every ``*.safetensors`` whole (:func:`weights_problem`), every shard a ``*.index.json`` names present."""
+    import json
+
+    from kinject.errors import DataError
+
+    folder = Path(folder)
+    tensors = sorted(folder.glob("*.safetensors"))
+    if not tensors and not any(folder.glob("pytorch_model*.bin")):
+        raise DataError(f"{what}: no weights in the folder (model.safetensors)", folder)
+    for index in folder.glob("*.safetensors.index.json"):
+        try:
+            shards = set(json.loads(index.read_text()).get("weight_map", {}).values())
+        except (OSError, ValueError):
+            raise DataError(f"{what}: unreadable shard index", index) from None
+        missing = sorted(s for s in shards if not (folder / s).is_file())
+        if missing:
+            raise DataError(f"{what}: shard {missing[0]} of the index is missing", index)
+    for path in tensors:
+        problem = weights_problem(path)
+        if problem:
+            raise DataError(f"{what}: damaged weights ({problem}); restore or re-create the file", path)

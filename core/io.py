@@ -93,8 +93,42 @@ def track_reads() -> Iterator[set[Path]]:
         _READ_LOGS.remove(seen)
 
 
+#: the smallest byte cap per line (record) of a data file; the cap grows with the text cap (model.max_length)
+MIN_LINE_BYTES = 8 * 2**20
+#: records hold a few texts (a query and its passages, a sentence and its tags): the cap is this many texts' bytes
+TEXTS_PER_RECORD = 64
+
+
+def line_cap() -> int:
+    """The most bytes one line (record) of a data file may hold: ``KINJECT_MAX_LINE_BYTES`` when set, else
+    ``max(8 MiB, 64 texts x 4 bytes x the active text cap)`` (the text cap is ``model.max_length x 128`` characters,
+    :func:`text_cap`), else 64 MiB. Readers stop at the cap, so memory follows it, not the file."""
+    import os
+
+    if os.environ.get("KINJECT_MAX_LINE_BYTES"):
+        return max(1024, int(os.environ["KINJECT_MAX_LINE_BYTES"]))
+    if _CAPS:
+        return max(MIN_LINE_BYTES, TEXTS_PER_RECORD * 4 * _CAPS[-1][0])
+    return 8 * MIN_LINE_BYTES
+
+
 def open_text(path: Path):
+    """A data file opened for reading bytes (``.gz`` decompressed). Only regular files: a FIFO, a device (e.g.
+    /dev/zero) or a socket is refused with a DataError, since kinject reads data files more than once and bounds
+    each read by their size and its line cap."""
+    import os
+    import stat
+
     path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise DataError("file not found", path) from None
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise DataError(f"{kind}, not a regular file: kinject reads a data file more than once; write the data to a "
+                        "file and name that", path)
     for log in _READ_LOGS:
         log.add(path.resolve())
     if path.suffix == ".gz":
@@ -102,18 +136,50 @@ def open_text(path: Path):
     return open(path, "rb")
 
 
+def bounded_lines(handle, path: Path, cap: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of an open binary file, never holding more than ``cap`` bytes of a line (default
+    :func:`line_cap`): a longer line is a DataError naming file:line as soon as the cap is passed."""
+    cap = cap or line_cap()
+    number = 0
+    while True:
+        raw = handle.readline(cap + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > cap and not raw.endswith(b"\n"):
+            raise DataError(f"a line longer than {cap:,} bytes (the cap per line: model.max_length x 128 characters "
+                            f"x {TEXTS_PER_RECORD} texts x 4 bytes, at least 8 MiB; KINJECT_MAX_LINE_BYTES raises it)",
+                            path, number)
+        yield number, raw
+
+
+def count_lines(path: Path) -> int:
+    """Newlines in a data file (a last line without one counted too), read in 1 MiB blocks: flat memory."""
+    count, last = 0, b"\n"
+    with open_text(path) as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def first_line(path: Path) -> str:
+    """The first line of a data file (decoded leniently), read within the line cap."""
+    with open_text(path) as handle:
+        for _, raw in bounded_lines(handle, Path(path)):
+            return raw.decode("utf-8", "replace").rstrip("\r\n")
+    return ""
+
+
 def iter_lines(path: Path, on_bad: Callable[[str, Path, int], None] | None = None,
                raw: bool = False) -> Iterator[tuple[int, str]]:
-    """(line number, text without newline). Invalid UTF-8 -> DataError naming file:line, or, when ``on_bad``
-    is given, ``on_bad(message, path, line)`` and the line is passed over. Lines are cut to the active
-    :func:`text_cap` unless ``raw`` (a JSON line must be parsed whole)."""
+    """(line number, text without newline), each line read within :func:`line_cap`. Invalid UTF-8 -> DataError
+    naming file:line, or, when ``on_bad`` is given, ``on_bad(message, path, line)`` and the line is passed over.
+    Lines are cut to the active :func:`text_cap` unless ``raw`` (a JSON line must be parsed whole)."""
     path = Path(path)
-    try:
-        handle = open_text(path)
-    except FileNotFoundError:
-        raise DataError("file not found", path) from None
+    handle = open_text(path)
     with handle:
-        for number, raw in enumerate(handle, start=1):
+        for number, raw in bounded_lines(handle, path):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -168,29 +234,41 @@ def read_csv_columns(path: Path, columns: tuple[str, ...], what: str = "") -> It
     allowed; .gz read transparently). Invalid UTF-8, an empty file, a missing column or a row with the wrong
     number of fields -> DataError naming file:line. ``what`` is added to the missing-column message."""
     import csv
-    import io
 
     path = Path(path)
-    with open_text(path) as handle:
-        raw = handle.read()
+    cap = line_cap()
+
+    def decoded(handle) -> Iterator[str]:  # streamed: memory follows the line cap, not the file
+        for number, raw in bounded_lines(handle, path, cap):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"invalid UTF-8 (byte {exc.start})", path, number) from None
+
+    limit = csv.field_size_limit()
+    csv.field_size_limit(cap)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"invalid UTF-8 (byte {exc.start})", path, raw.count(b"\n", 0, exc.start) + 1) from None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader, None)
-    if not header:
-        raise DataError("empty file", path)
-    missing = [c for c in columns if c not in header]
-    if missing:
-        raise DataError(f"missing column {missing[0]!r} ({what or 'header: ' + ', '.join(header)})", path, 1)
-    index = [header.index(c) for c in columns]
-    for row in reader:
-        if not row:
-            continue
-        if len(row) != len(header):
-            raise DataError(f"expected {len(header)} columns, found {len(row)}", path, reader.line_num)
-        yield reader.line_num, {c: capped(row[i]) for c, i in zip(columns, index)}
+        with open_text(path) as handle:
+            reader = csv.reader(decoded(handle))
+            try:
+                header = next(reader, None)
+                if not header:
+                    raise DataError("empty file", path)
+                missing = [c for c in columns if c not in header]
+                if missing:
+                    raise DataError(f"missing column {missing[0]!r} ({what or 'header: ' + ', '.join(header)})", path,
+                                    1)
+                index = [header.index(c) for c in columns]
+                for row in reader:
+                    if not row:
+                        continue
+                    if len(row) != len(header):
+                        raise DataError(f"expected {len(header)} columns, found {len(row)}", path, reader.line_num)
+                    yield reader.line_num, {c: capped(row[i]) for c, i in zip(columns, index)}
+            except csv.Error as exc:
+                raise DataError(f"malformed CSV ({exc})", path, reader.line_num) from None
+    finally:
+        csv.field_size_limit(limit)
 
 
 def package_folder(package: str, folder: str) -> Path | None:

@@ -84,10 +84,56 @@ def resolve_model(name: str, cache_dir: Path) -> str:
         if not (path / "config.json").exists():
             raise KinjectError(f"model {name!r}: directory has no config.json")
         check_pickled_weights(path, name)
+        from kinject.files import check_weights
+
+        check_weights(path, f"model {name!r}")  # weights cut short or damaged: one line, before any stage
         return str(path.resolve())
     if name.startswith((".", "/", "~")):
         raise KinjectError(f"model {name!r}: no such directory")
     return name  # a hub id; from_pretrained honours HF_HUB_OFFLINE
+
+
+def model_config(name: str, path: str, revision: str | None = None):
+    """The model's config (``AutoConfig``), read before any stage: a hub id that cannot be resolved - offline and
+    not in the local cache, or no such model - is one line saying why and what to pass instead."""
+    from transformers import AutoConfig
+
+    from kinject.errors import SpecError
+
+    try:
+        return AutoConfig.from_pretrained(path, revision=revision, local_files_only=offline())
+    except (OSError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        if Path(path).exists():
+            raise SpecError(f"model.name: {name!r}: cannot read its config.json ({first})") from None
+        if offline():
+            raise SpecError(f"model.name: {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 "
+                            "(offline): unset HF_HUB_OFFLINE to download it, or pass a local model folder "
+                            "(model.name=/path/to/folder with config.json), or use minilm or tiny") from None
+        raise SpecError(f"model.name: {name!r} is neither a local folder nor a model the Hub serves ({first}); "
+                        "check the id, or pass a local model folder") from None
+
+
+def usable_positions(config) -> int:
+    """The longest sequence a model's position embeddings hold (RoBERTa-style models reserve padding_idx + 1)."""
+    positions = int(getattr(config, "max_position_embeddings", 0) or 0)
+    if "roberta" in str(getattr(config, "model_type", "")) or getattr(config, "model_type", "") == "camembert":
+        positions -= int(getattr(config, "pad_token_id", 1) or 1) + 1
+    return positions
+
+
+def check_model_settings(spec, config) -> None:
+    """Settings checked against the model's config before any stage (one line each, naming the field): the
+    sequence length against its positions, the layers kept against its layers."""
+    from kinject.errors import SpecError
+
+    positions = usable_positions(config)
+    if positions and spec.max_length > positions:
+        raise SpecError(f"model.max_length: {spec.max_length} is beyond the {positions} positions of model "
+                        f"{spec.name!r} (at most {positions})")
+    layers = getattr(config, "num_hidden_layers", None)
+    if spec.layers is not None and layers is not None and spec.layers > layers:
+        raise SpecError(f"model.layers: {spec.layers} but model {spec.name!r} has {layers} layers")
 
 
 def check_pickled_weights(folder: Path, name: str) -> None:

@@ -158,6 +158,20 @@ def explain_miss(planned: PlannedStage, cache_dir: Path) -> str:
 
 
 # -- running ----------------------------------------------------------------------------------- #
+RUNNING: list[str] = []  # the stage this process is computing (what an interruption names)
+_FENCES: list = []  # the StageLock of the stage this process computes (its fence)
+
+
+def check_fence() -> None:
+    """Raise :class:`kinject.errors.LeaseLost` when the stage this process computes was taken over by another
+    process (its lease expired while this one stalled). Training loops call it every step (the training library's
+    HookCallback), the engine before publishing: a superseded holder stops writing and publishes nothing."""
+    from kinject.errors import LeaseLost
+
+    if _FENCES and not _FENCES[-1].holds():
+        raise LeaseLost(f"stage {_FENCES[-1].label}: this process's lease expired and another process took it over")
+
+
 def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path],
               alone: bool = False) -> tuple[bool, float]:
     """Run one stage unless cached. Returns (cached, seconds).
@@ -168,24 +182,67 @@ def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path
     by itself (a spread stage under torchrun): no barriers, and the body runs in a fresh single-process worker
     (:mod:`kinject.worker`).
     """
+    from kinject.errors import LeaseLost
+
     stage, key, folder = planned.stage, planned.key, planned.folder
     main = alone or is_main_process()
     start = time.perf_counter()
+    lost = False
     with ExitStack() as stack:
         done = main and _intact(folder, stage.name, discard_damaged=False)
+        lock = None
         if main and not done:
-            stack.enter_context(StageLock(folder, stage.name, run=str(run.output or "")))
+            lock = stack.enter_context(_Held(StageLock(folder, stage.name, run=str(run.output or ""))))
             done = _intact(folder, stage.name, discard_damaged=True)  # finished while we waited?
         if not alone:
             done = bool(broadcast(done))
         run.hooks().kinject_stage_start(stage=stage.name, key=key, cached=done)
         if not done:
-            _compute(run, planned, stage_dirs, alone, start)
-    if not done:
+            RUNNING.append(stage.name)
+            _FENCES.extend([lock] if lock is not None else [])
+            try:
+                _compute(run, planned, stage_dirs, alone, start)
+            except LeaseLost as exc:
+                lost = True
+                log.warning("%s; leaving the stage to it and using its result", exc)
+            except Exception:
+                if main and lock is not None and not lock.holds():
+                    lost = True  # a superseded holder's files were replaced under it: not its error to report
+                    log.warning("stage %s: this process's lease expired and another process took the stage over; "
+                                "leaving it and using its result", stage.name)
+                elif main and check_finished(folder) == (True, []):  # another process finished it under us
+                    lost = True
+                    log.warning("stage %s: another process finished it while this one computed (its work folder "
+                                "was taken over); using that result", stage.name)
+                else:
+                    raise
+            finally:
+                RUNNING.pop()
+                del _FENCES[len(_FENCES) - (lock is not None):]
+    if lost:  # wait for the process that took the stage over, then read its result: a cache hit
+        with StageLock(folder, stage.name, run=str(run.output or "")):
+            done = _intact(folder, stage.name, discard_damaged=True)
+        if not done:
+            return run_stage(run, planned, stage_dirs, alone)
+    elif not done:
         release_memory()
     seconds = time.perf_counter() - start
     run.hooks().kinject_stage_end(stage=stage.name, key=key, cached=done, seconds=seconds)
     return done, seconds
+
+
+class _Held:
+    """Enter a StageLock and hand back the lock itself (its ``holds()`` is the fence)."""
+
+    def __init__(self, lock: StageLock):
+        self.lock = lock
+
+    def __enter__(self) -> StageLock:
+        self.lock.__enter__()
+        return self.lock
+
+    def __exit__(self, *exc) -> bool:
+        return self.lock.__exit__(*exc)
 
 
 def release_memory() -> None:
@@ -241,6 +298,7 @@ def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]
             stage.body(stage.config, ctx)
         sync()
         if main:
+            check_fence()  # a holder whose lease was taken over publishes nothing (the new holder's stage)
             info = {"stage": stage.name, "key": key, "record": planned.record,
                     "config": stage.config.model_dump(mode="json"), "kinject": __version__,
                     "seconds": round(time.perf_counter() - start, 3), "rank": rank(),
@@ -253,8 +311,8 @@ def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]
                            "broken; its checkpoints are kept for --resume)") from None
     except Exception as exc:
         fault = None if isinstance(exc, KinjectError) else filesystem_fault(exc, partial)
-        if fault is None:
-            raise
+        if fault is None or (_FENCES and not _FENCES[-1].holds()):
+            raise  # (a superseded holder never touches the partial folder: it is the new holder's)
         if main:
             shutil.rmtree(partial, ignore_errors=True)  # a full disk gets its room back
         raise fault from None

@@ -380,6 +380,26 @@ def resolve_config_paths(data: dict, config_file: Path) -> dict:
     return data
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a mapping that repeats a key is an error (YAML would keep the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *anchor' merges are meant to repeat keys
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: left to the usual error
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} repeats (first on line {first}): a repeated key would silently "
+                    "replace the first", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(path: Path) -> dict:
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -388,7 +408,7 @@ def load_yaml(path: Path) -> dict:
     except UnicodeDecodeError as exc:
         raise SpecError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=_UniqueKeyLoader) or {}  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = f":{mark.line + 1}" if mark is not None else ""

@@ -44,7 +44,9 @@ COLOURS = {"present": "green", "prepared": "green", RAW: "cyan", "missing": "yel
 
 
 def _line_counts(folder: Path, info) -> dict[str, int]:
-    return {split: sum(1 for _ in open(folder / Path(file).name, "rb")) for split, file in info.splits.items()
+    from kinject.api import count_lines
+
+    return {split: count_lines(folder / Path(file).name) for split, file in info.splits.items()
             if (folder / Path(file).name).exists()}
 
 

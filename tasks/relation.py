@@ -33,7 +33,9 @@ class RelationConfig(SequenceTaskConfig):
 def _count(folder: Path) -> dict[str, int]:
     """Instances per split of a prepared folder (one JSON line each)."""
     base = Path(folder) / "prepared"
-    return {split: sum(1 for _ in open(base / f"{split}.jsonl", "rb"))
+    from kinject.api import count_lines
+
+    return {split: count_lines(base / f"{split}.jsonl")
             for split in ("train", "dev", "test") if (base / f"{split}.jsonl").exists()}
 
 

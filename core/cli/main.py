@@ -262,6 +262,24 @@ _NOISY_WARNINGS = (  # third-party warnings that say nothing to a kinject user
 _ARGV: list[str] | None = None
 
 
+def _interruptible() -> None:
+    """Ctrl-C and SIGTERM raise :class:`kinject.errors.Interrupted` in the main thread (click would turn a
+    KeyboardInterrupt into "Aborted!" and exit 1)."""
+    import signal
+    import threading
+
+    from kinject.errors import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum, frame):
+        raise Interrupted(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, interrupt)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app; user errors -> one line on stderr, exit code 2."""
     import logging
@@ -285,8 +303,16 @@ def main(argv: list[str] | None = None) -> None:
             warnings.filterwarnings("ignore", message=pattern)
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     _add_command_plugins()
+    from kinject.errors import Interrupted
+
+    _interruptible()
     try:
         app(args=argv, prog_name="kinject")  # standalone: usage errors exit 2 with one message
+    except Interrupted as exc:  # Ctrl-C / SIGTERM: unwound (locks, temporary folders), checkpoints kept
+        if debug:
+            raise
+        err_console.print(f"[yellow]{escape(exc.message())}[/]", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
     except KinjectError as exc:
         if debug:
             raise

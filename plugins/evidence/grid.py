@@ -130,6 +130,10 @@ class GridFile(_Strict):
         if isinstance(value, str):
             value = [value]
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            twice = sorted({v for v in value if value.count(v) > 1})
+            if twice:
+                raise ValueError(f"{twice[0]!r} is listed twice (its cells would be merged); list each once, or "
+                                 "give a second entry a label of its own (label: {name: ..., settings: ...})")
             return {v: {} for v in value}
         return {k: ({} if v is None else v) for k, v in value.items()} if isinstance(value, dict) else value
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from kinject.api import KinjectError, SpecError
+from kinject.api import Interrupted, KinjectError, SpecError
 from kinject.plugins.evidence.grid import Cell, Grid
 from kinject.plugins.evidence.grid_state import is_done, read_status, write_status
 
@@ -178,7 +178,7 @@ def run_local(grid: Grid, cells: list[Cell], workers: int, announce: Callable[[s
                     chosen = [int(gpus[(first + i) % len(gpus)]) for i in range(per_cell)]
                     executor.update_parameters(gpus_per_node=per_cell, visible_gpus=chosen)
                 write_status(cell, state="queued", executor="local")
-                job = executor.submit(run_cell, payload(cell, threads))
+                job = _submit_quietly(executor, payload(cell, threads))
                 announce(f"{cell.id}: running in process {job.job_id}" + (f" (GPU {chosen})" if per_cell else ""))
                 running[job.job_id] = (job, cell, slot)
             time.sleep(POLL_S)
@@ -195,11 +195,32 @@ def run_local(grid: Grid, cells: list[Cell], workers: int, announce: Callable[[s
                     if read_status(cell).get("state") in ("running", "queued", None):
                         write_status(cell, state="failed", error=result["error"])
                 results.append(_record(result, cell, announce))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted) as exc:  # one line for the user; the workers are stopped
+        import signal
+
         for job, cell, _ in running.values():
-            job.cancel(check=False)
-        raise
+            process = getattr(job, "_process", None)  # the worker's controller forwards SIGTERM to the cell
+            process.send_signal(signal.SIGTERM) if process is not None else job.cancel(check=False)
+            if read_status(cell).get("state") in ("running", "queued"):
+                write_status(cell, state="failed", error="interrupted")
+        done = sum(1 for r in results if r.get("state") == "done")
+        raise Interrupted(getattr(exc, "signum", 2), f"{done} of {len(cells)} cell(s) done here, {len(running)} "
+                          "stopped; run the same grid command again to continue (finished cells are skipped, "
+                          "cached stages reused)") from None
     return results
+
+
+def _submit_quietly(executor, job: dict):
+    """Submit a cell to submitit's local executor with Ctrl-C ignored in the worker processes it starts: the
+    terminal's SIGINT reaches the whole process group, and only this process should answer it (one line; it stops
+    the workers with SIGTERM), not every worker with its own traceback."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return executor.submit(run_cell, job)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _minutes(value: int | str | None) -> int | None:

@@ -39,3 +39,4 @@ def push(run: Path = typer.Argument(..., help="A run folder (the one holding run
         typer.echo(f"pushed {len(listing)} files ({size_text(total)}) to {repo_id}: {found.url}")
     for path, size in listing:
         typer.echo(f"  {path:<{width}}  {size_text(size):>9}")
+    typer.echo(f"checked: {found.verified}")

@@ -29,6 +29,7 @@ class Publication:
     card: ModelCard
     card_path: Path | None = None  # where a dry run wrote the card
     url: str | None = None  # the commit, after an upload
+    verified: str = ""  # how far the run's files were checked
 
     def listing(self) -> list[tuple[str, int]]:
         """(repo path, bytes) of every file sent, the card first."""
@@ -41,6 +42,43 @@ def run_info(run_dir: Path) -> dict:
         hint = ": it holds --repeats seeds, push one seed-*/ folder" if any(run_dir.glob("seed-*/run.json")) else ""
         raise KinjectError(f"{run_dir}: not a run folder (no run.json){hint}")
     return read_json(run_dir / "run.json")
+
+
+def verify_run(run_dir: Path, info: dict) -> str:
+    """Refuse (one line) a run that is incomplete or damaged: no metrics.json, weights cut short, or model files that
+    differ from the digests the stage that produced them recorded (its stage.json in the cache). Returns how far the
+    run was verified."""
+    import hashlib
+
+    from kinject.api import DataError, check_weights
+
+    if not (run_dir / "metrics.json").is_file():
+        raise KinjectError(f"{run_dir}: an incomplete run (no metrics.json: it did not finish); nothing is pushed")
+    model = run_dir / "model"
+    if not model.is_dir():
+        return "no model folder"
+    try:
+        check_weights(model, "run model")
+    except DataError as exc:
+        raise KinjectError(f"{exc}; nothing is pushed") from None
+    recorded: dict[str, tuple[int, str]] = {}
+    for stage in info.get("stages") or []:
+        found = read_json(Path(stage.get("dir", "")) / "stage.json") if stage.get("dir") else None
+        for name, record in ((found or {}).get("files") or {}).items():
+            if name.startswith("model/"):
+                recorded[name[len("model/"):]] = (record.get("size"), record.get("sha256"))
+    if not recorded:
+        return "weights whole; the stage cache that produced them is gone, so not compared with its digests"
+    for path in sorted(p for p in model.rglob("*") if p.is_file()):
+        name = path.relative_to(model).as_posix()
+        if name not in recorded:
+            continue
+        size, digest = recorded[name]
+        with open(path, "rb") as handle:
+            if path.stat().st_size != size or hashlib.file_digest(handle, "sha256").hexdigest() != digest:
+                raise KinjectError(f"{path}: differs from what the stage that produced it recorded (stage.json); "
+                                   "the run folder was changed or damaged; nothing is pushed")
+    return "every model file matches the digests its stage recorded"
 
 
 def shared_files(run_dir: Path, info: dict) -> dict[str, Path]:
@@ -100,10 +138,11 @@ def publish(run_dir: Path, repo_id: str, *, private: bool = False, dry_run: bool
 
     run_dir = Path(run_dir)
     info = run_info(run_dir)
+    verified = verify_run(run_dir, info)
     check_repo_id(repo_id)
     api = None if dry_run else hub_api()  # before the work: a missing token is said at once
     files = shared_files(run_dir, info)
-    found = Publication(run_dir, repo_id, files, model_card(run_dir, repo_id, files))
+    found = Publication(run_dir, repo_id, files, model_card(run_dir, repo_id, files), verified=verified)
     if dry_run:
         found.card_path = run_dir / CARD
         atomic_write_text(found.card_path, str(found.card))

@@ -20,10 +20,9 @@ SHAPE_ATTRIBUTES = {"layers": "num_hidden_layers", "hidden": "hidden_size", "hea
 
 def usable_positions(config) -> int:
     """The longest sequence a model's position embeddings hold (RoBERTa-style models reserve padding_idx + 1)."""
-    positions = int(getattr(config, "max_position_embeddings", 0) or 0)
-    if "roberta" in str(getattr(config, "model_type", "")) or getattr(config, "model_type", "") == "camembert":
-        positions -= int(getattr(config, "pad_token_id", 1) or 1) + 1
-    return positions
+    from kinject.api import usable_positions as positions
+
+    return positions(config)
 
 
 def load_mlm(path: str, revision: str | None = None, attn: str = "sdpa"):

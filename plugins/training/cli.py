@@ -30,7 +30,9 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
     from .stages import evaluate_model, write_predictions
 
     if not (model_dir / "config.json").exists():
-        raise KinjectError(f"{model_dir}: not a model directory (no config.json)")
+        hint = (f"; the seeds of a --repeats run are in seed-*/: e.g. {next(model_dir.parent.glob('seed-*/model'))}"
+                if any(model_dir.parent.glob("seed-*/model/config.json")) else "")
+        raise KinjectError(f"{model_dir}: not a model directory (no config.json){hint}")
     data = {"strategy": {"name": "finetune"}, "task": {"name": task}, "model": {"name": str(model_dir)}}
     if limit is not None:
         data["training"] = {"limit": limit}

@@ -243,17 +243,25 @@ def last_checkpoint(work: Path) -> str | None:
         return None
     found = sorted((int(m.group(1)), p) for p in work.iterdir()
                    if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name)))
+    from kinject.api import weights_problem
+
     for step, folder in reversed(found):
+        problem = None
         try:
             state = json.loads((folder / "trainer_state.json").read_text())
-            if int(state.get("global_step", -1)) == step:
-                return str(folder)
+            if int(state.get("global_step", -1)) != step:
+                problem = "its trainer_state.json is not of this step"
+            else:  # every weights file whole: a power loss can leave a short file behind a complete state file
+                problem = next((f"{p.name}: {why}" for p in sorted(folder.glob("*.safetensors"))
+                                if (why := weights_problem(p))), None)
         except (OSError, ValueError, TypeError):
-            pass
+            problem = "its trainer_state.json is missing or unreadable"
+        if problem is None:
+            return str(folder)
         import logging
 
-        logging.getLogger("kinject").warning("resume: %s is incomplete (the process stopped while writing it); "
-                                             "resuming from the checkpoint before it", folder)
+        logging.getLogger("kinject").warning("resume: %s is incomplete (%s: the process stopped while writing it); "
+                                             "resuming from the checkpoint before it", folder, problem)
         shutil.rmtree(folder, ignore_errors=True)
     return None
 
@@ -278,6 +286,9 @@ class HookCallback:
                              state.global_step)
 
             def on_step_end(self, args, state, control, model=None, **kwargs):
+                from kinject.api import check_fence
+
+                check_fence()  # a holder whose lease another process took over stops writing (KINJECT_LOCK=lease)
                 if scorer and eval_steps and state.global_step % eval_steps == 0 and state.is_world_process_zero \
                         and not (skip and skip(state)):
                     scores = scorer(model)

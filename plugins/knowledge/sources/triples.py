@@ -100,11 +100,10 @@ class TriplesSource(TriplesSourceBase):
 
     @staticmethod
     def _looks_hsdn(path: Path) -> bool:
-        from kinject.api import open_text
+        from kinject.api import first_line
 
         try:
-            with open_text(path) as handle:
-                first = handle.readline().decode("utf-8", "replace").split("\t")
+            first = first_line(path).split("\t")
         except OSError:
             return False
         return all(name in [c.strip() for c in first] for name in HSDN_HEADER)
@@ -157,11 +156,11 @@ class TriplesSource(TriplesSourceBase):
 
 def _fourth_column_if_numeric(path: Path) -> int | None:
     """Plain TSV/CSV: a 4th column is the weight when the first data row has one that parses."""
-    from kinject.api import open_text
+    from kinject.api import bounded_lines, open_text
 
     try:
         with open_text(path) as handle:
-            for raw in handle:
+            for _, raw in bounded_lines(handle, path):
                 row = raw.decode("utf-8", "replace").rstrip("\r\n")
                 if row.strip():
                     cells = row.split("\t") if "\t" in row else row.split(",")

@@ -193,6 +193,8 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     for source in sources:
         with plugin_code("sources", source):
             source.check(env)
+    if task is not None:
+        _check_task_kind(strategy, task, env)
     run.holdout = _holdout(run)
     with plugin_code("strategies", strategy):
         run.resolved = strategy.validate(run)
@@ -204,6 +206,17 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
                       for stage in run.stages]
     _check_stages(run)
     return run
+
+
+def _check_task_kind(strategy: Strategy, task: Task, env: Environment) -> None:
+    """One line when the strategy does not support the task's shape (its head's kind)."""
+    kinds = type(strategy).task_kinds
+    kind = task.head(env).kind
+    if kind not in kinds:
+        names = {"sequence": "sequence classification (single texts, pairs, retrieval)", "token": "token tagging"}
+        raise SpecError(f"task: strategy {strategy.name!r} supports {' and '.join(names.get(k, k) for k in sorted(kinds))}"
+                        f" tasks; {task.name!r} is a {names.get(kind, kind)} task (kinject list strategies shows what "
+                        "each supports)")
 
 
 def _holdout(run: RunContext):

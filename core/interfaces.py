@@ -382,6 +382,9 @@ class Strategy(Component):
 
     consumes: ClassVar[frozenset[str]] = frozenset()
     needs_task: ClassVar[bool] = True  # False: the strategy can run without a downstream task
+    #: the task shapes it supports, by the task head's kind ("sequence": classification, pairs, retrieval,
+    #: regression; "token": NER, PICO); a run on another is one line in ``prepare`` (`kinject list` shows them)
+    task_kinds: ClassVar[frozenset[str]] = frozenset({"sequence", "token"})
     #: named hyper-parameter presets, e.g. {"paper": {"strategy": {...}, "training": {...}, "model": {...}}}: a run's
     #: ``protocol`` applies one to every field the run does not set (each method's docs list where they differ)
     protocols: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {}

@@ -10,6 +10,24 @@ from kinject.registry import GROUPS, registry
 __kinject_fingerprint__ = False  # the command line
 
 KINDS = list(GROUPS)
+TASK_KINDS = {"sequence": "sequence (classification, pairs, retrieval)", "token": "token (NER, PICO)"}
+
+
+def _task_kinds(value: str) -> str:
+    """The task kinds a strategy supports, read from its source text (``task_kinds = frozenset({...})``; no import);
+    the interface's default when it declares none."""
+    import importlib.util
+    import re
+
+    module = value.partition(":")[0]
+    try:
+        spec = importlib.util.find_spec(module)
+        text = open(spec.origin, encoding="utf-8").read() if spec and spec.origin else ""
+    except (ImportError, OSError, ValueError):
+        text = ""
+    found = re.search(r"task_kinds\b[^=\n]*=\s*frozenset\(\{([^}]*)\}\)", text)
+    kinds = re.findall(r"[\"'](\w+)[\"']", found.group(1)) if found else ["sequence", "token"]
+    return ", ".join(sorted(kinds))
 
 
 def print_plugins(kind: str | None = None, check: bool = False, console=None) -> None:
@@ -25,12 +43,14 @@ def print_plugins(kind: str | None = None, check: bool = False, console=None) ->
                            + f" Kinds: {', '.join(KINDS)}")
     for k in [kind] if kind else KINDS:
         table = Table(title=k, title_justify="left")
-        for col in ("name", "description", "distribution", "version", "health"):
+        strategies = k == "strategies"
+        for col in ("name", "description", *(["tasks"] if strategies else []), "distribution", "version", "health"):
             table.add_column(col, overflow="fold")
         for info in registry(k).infos():
             error = info.error or (registry(k).check(info.name) if check else "")
             health = "[green]ok[/]" if not error else f"[red]broken[/]: {escape(error)}"
-            table.add_row(escape(info.name), escape(info.description), escape(info.distribution),
+            tasks = [escape(_task_kinds(info.value))] if strategies else []
+            table.add_row(escape(info.name), escape(info.description), *tasks, escape(info.distribution),
                           escape(info.version), health)
         console.print(table)
 

@@ -67,6 +67,12 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
             annotation = getattr(spec.annotation, "__name__", None) or str(spec.annotation).replace("typing.", "")
             table.add_row(escape(field), escape(annotation), escape(default), escape(spec.description or ""))
         console.print(table)
+        if k == "strategies":
+            from kinject.cli.listing import TASK_KINDS
+
+            console.print("supports: " + ", ".join(TASK_KINDS.get(t, t) for t in sorted(cls.task_kinds)) + " tasks"
+                          + (f"; reads {', '.join(sorted(cls.consumes))} knowledge sources" if cls.consumes else ""),
+                          markup=False, highlight=False)
         if getattr(cls, "recommended", None):
             shown = ", ".join(f"{section}.{k}={v}" for section, values in cls.recommended.items()
                               for k, v in values.items())

@@ -28,6 +28,7 @@ class ContextStrategy(Strategy):
 
     Config: ClassVar = ContextConfig
     consumes: ClassVar[frozenset[str]] = frozenset({"triples"})
+    task_kinds: ClassVar[frozenset[str]] = frozenset({"sequence"})  # added text would shift a token task's tags
     protocols: ClassVar[dict] = {"quick": {"training": {"max_steps": 30}}}  # kinject run --quick
 
     def validate(self, run) -> SourceRef:

@@ -33,8 +33,8 @@ def classification_head(run):
     """The task's head; a SpecError unless the task is sequence classification."""
     head = run.task.head(run.env)
     if head.kind != "sequence" or head.problem_type not in CLASSIFICATION:
-        raise SpecError(f"task: DoKTra distils sequence classifiers; {run.task.name!r} is a {head.kind} "
-                        f"{head.problem_type} task")
+        raise SpecError(f"task: DoKTra distils single-label sequence classifiers; {run.task.name!r} is a "
+                        f"{head.kind} {head.problem_type} task")
     return head
 
 
@@ -51,9 +51,17 @@ def resolve_teacher(cfg: DoktraConfig, run, head) -> Teacher | None:
         source, field = cls(cls.Config(model=cfg.teacher, revision=cfg.teacher_revision)), "strategy.teacher"
     elif given:
         source, field = given[0][1], f"sources.{given[0][0]}"
+    elif cfg.variant in NEEDS_TEACHER and run.spec.protocol == "quick":  # a quick try: the run's model teaches
+        import logging
+
+        logging.getLogger("kinject").info("doktra --quick: no strategy.teacher given; the run's model (%s) is the "
+                                          "teacher (set strategy.teacher to choose one)", run.spec.model.name)
+        cls = registry("sources").get("model")
+        source, field = cls(cls.Config(model=run.spec.model.name)), "strategy.teacher"
     elif cfg.variant in NEEDS_TEACHER:
-        raise SpecError(f"strategy.teacher: variant {cfg.variant!r} distils from a teacher; set strategy.teacher "
-                        "to an HF id, a model or run directory, or minilm")
+        raise SpecError(f"strategy.teacher: variant {cfg.variant!r} distils from a teacher; add one, e.g. --set "
+                        f"strategy.teacher=minilm (an HF id, a model or run directory work too; --quick uses the "
+                        "run's own model)")
     else:
         return None
     if cfg.variant == "student-ft":

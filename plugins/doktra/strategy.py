@@ -25,6 +25,7 @@ class DoktraStrategy(Strategy):
 
     Config: ClassVar = DoktraConfig
     consumes: ClassVar[frozenset[str]] = frozenset({"model"})
+    task_kinds: ClassVar[frozenset[str]] = frozenset({"sequence"})  # it distils a sequence classifier
     #: Choi et al. 2022 and their code: teacher lr 2e-5 without warm-up; a converged student (fine-tuned up to 10
     #: epochs at 1e-5, best on dev); 10 distillation epochs at 1e-5 without warm-up, gamma 0.9, margin 1.0
     protocols: ClassVar[dict] = {"paper": {

@@ -50,6 +50,8 @@ class PretrainConfig(PluginConfig):
     heldout_fraction: float = Field(0.01, gt=0, lt=0.5, description="Share of the corpus texts (every 1/f-th) "
                                     "held out for perplexity.")
     heldout_max_texts: int = Field(2000, ge=1, description="Cap on held-out texts.")
+    corpus_max_texts: int | None = Field(None, ge=2, description="Read at most this many corpus texts (None: all; "
+                                         "--quick: 2,000, so a quick try does not pack a whole corpus).")
     max_length: int | None = Field(None, ge=8, le=8192, description="Tokens per pretraining sequence (default: "
                                    "model.max_length, which fine-tuning uses).")
     mlm_corpus: Literal["domain", "general", "shuffled"] = Field(

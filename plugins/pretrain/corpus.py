@@ -32,6 +32,8 @@ def corpus_body(cfg: CorpusStageConfig, ctx: StageContext) -> None:
     writers = {split: ArrowWriter(features=features, path=str(ctx.out / f"{split}.arrow")) for split in counts}
     try:
         for i, text in enumerate(source.iter_texts(env, exclude=held)):
+            if cfg.max_texts is not None and i >= cfg.max_texts:
+                break
             split = "heldout" if i % every == 0 and counts["heldout"] < cfg.heldout_max_texts else "train"
             writers[split].write({"text": text})
             counts[split] += 1

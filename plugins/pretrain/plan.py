@@ -38,15 +38,42 @@ class Resolved:
 def corpus_source(run) -> tuple[SourceRef, tuple[str, ...]]:
     """The run's corpus source (default: the train/dev text of every task in the data dir, checked here) and the
     modules of the tasks it reads."""
-    from kinject.plugins.knowledge.sources.corpus import CorpusSource
-
     if run.sources:
         source, ref = run.sources[0], run.source_refs()[0]
     else:
-        source = CorpusSource(tasks=["all"])
-        source.check(run.env)
+        source = default_corpus(run)
         ref = run.source_ref(source, dataclasses.replace(run.env, limit=None))
     return ref, tuple(source.task_modules(run.env))
+
+
+def default_corpus(run):
+    """The corpus when the run names none: the train/dev text of every task the data dir holds; without any, the
+    run's own task's train/dev text (task-adaptive pretraining), announced; neither: one line naming the setting."""
+    import logging
+
+    from kinject.api import DataError
+    from kinject.plugins.knowledge.sources.corpus import CorpusSource
+
+    source = CorpusSource(tasks=["all"])
+    try:
+        source.check(run.env)
+        return source
+    except DataError:
+        if run.task is None:
+            raise DataError("pretrain: no corpus given and no task data in the data dir "
+                            f"({run.env.data_dir}); add one: --set 'sources=[{{name: corpus, paths: [FILE.txt]}}]'") \
+                from None
+    own = CorpusSource(tasks=[{"name": run.task.name, **run.task.config.model_dump(mode="json")}])
+    try:
+        own.check(run.env)
+    except DataError as exc:
+        raise DataError(f"pretrain: no corpus given, none of the data dir's tasks found, and the task's own text "
+                        f"is too little ({exc.reason}); add a corpus: --set "
+                        "'sources=[{name: corpus, paths: [FILE.txt]}]'") from None
+    logging.getLogger("kinject").info("pretrain: no corpus given and no task data in %s: pretraining on %s's own "
+                                      "train/dev text (task-adaptive pretraining; a corpus of your own: --set "
+                                      "'sources=[{name: corpus, paths: [FILE.txt]}]')", run.env.data_dir, run.task.name)
+    return own
 
 
 def excluded_tasks(run, source: SourceRef) -> tuple[TaskRef, ...]:
@@ -114,7 +141,8 @@ def pretraining_stages(cfg: PretrainConfig, run, resolved: Resolved) -> list[Sta
                     artifacts=("corpus.json", "heldout.jsonl"),
                     config=CorpusStageConfig(source=resolved.source, exclude=list(resolved.exclude),
                                              heldout_fraction=cfg.heldout_fraction,
-                                             heldout_max_texts=cfg.heldout_max_texts))]
+                                             heldout_max_texts=cfg.heldout_max_texts,
+                                             max_texts=cfg.corpus_max_texts))]
     if cfg.until == "corpus":
         return stages
     vocab = VOCAB if cfg.vocabulary() == "train" else None

@@ -19,6 +19,7 @@ class CorpusStageConfig(StageConfig):
                                    "(the run's own task).")
     heldout_fraction: float
     heldout_max_texts: int
+    max_texts: int | None = None  # stop after this many texts (a quick try)
 
 
 class VocabConfig(StageConfig):

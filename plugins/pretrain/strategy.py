@@ -35,7 +35,8 @@ class PretrainStrategy(Strategy):
                                                         "vocab_size": 30522}},
                                  "quick": {"strategy": {"mlm_steps": 20, "head_steps": 10, "mlm_batch_size": 8,
                                                         "head_batch_size": 8, "eval_max_texts": 64,
-                                                        "heldout_max_texts": 64, "vocab_size": 2000},
+                                                        "heldout_max_texts": 64, "vocab_size": 2000,
+                                                        "corpus_max_texts": 2000},
                                            "training": {"max_steps": 30}}}  # kinject run --quick
 
     def validate(self, run) -> Resolved:

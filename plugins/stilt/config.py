@@ -29,10 +29,11 @@ class IntermediateSpec(BaseModel):
 class StiltConfig(PluginConfig):
     """Options of the `stilt` strategy."""
 
-    intermediate: list[IntermediateSpec] = Field(
-        ..., min_length=1,
+    intermediate: list[IntermediateSpec] | None = Field(
+        None, min_length=1,
         description="Intermediate tasks, trained in this order before the target; each a task name or "
-                    "{name: TASK, <task options>, training: {epochs, learning_rate, ...}}.")
+                    "{name: TASK, <task options>, training: {epochs, learning_rate, ...}}. Required (--quick: "
+                    "hpo-isa, which needs no data dir).")
     training: TrainingOverrides = Field(default_factory=TrainingOverrides,
                                         description="Training overrides for every intermediate stage.")
 

@@ -29,11 +29,20 @@ class StiltStrategy(Strategy):
     Config: ClassVar = StiltConfig
     #: Jeong & Hwang: "the hyperparameters of fine-tuning are the same as those of PubMedBERT" (BLURB's protocol)
     protocols: ClassVar[dict] = {"paper": {"training": {"warmup_ratio": 0.1, "selection": "best"}},
-                                 "quick": {"training": {"max_steps": 30}}}  # kinject run --quick
+                                 "quick": {"strategy": {"intermediate": [{"name": "hpo-isa", "train_pairs": 64,
+                                                                          "dev_pairs": 32, "test_pairs": 32,
+                                                                          "split_seed": 1}]},
+                                           "training": {"max_steps": 30}}}  # kinject run --quick
 
     def validate(self, run) -> list[Task]:
         """The intermediate tasks, configured and with their data checked."""
         super().validate(run)
+        if not self.config.intermediate:
+            from kinject.api import SpecError
+
+            raise SpecError("strategy.intermediate: STILT trains on an intermediate task first; add one, e.g. --set "
+                            "strategy.intermediate=hpo-isa (offline), or a task of your data dir such as --set "
+                            "strategy.intermediate=chemprot (several: [chemprot, ddi])")
         tasks = [build_intermediate_task(spec, f"strategy.intermediate.{i}")
                  for i, spec in enumerate(self.config.intermediate)]
         for i, task in enumerate(tasks):

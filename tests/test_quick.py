@@ -1,0 +1,59 @@
+"""Every registered strategy starts from `--quick` on a task it supports, on a fresh machine's footing: the tiny model,
+no data dir, no extra setting (issue #35: a new user's first hour has no dead end)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import run_kinject as kinject
+
+pytestmark = pytest.mark.slow
+
+
+def _strategies() -> list[str]:
+    from kinject.api import registry
+
+    return registry("strategies").names()
+
+
+@pytest.mark.parametrize("name", _strategies())
+def test_every_strategy_starts_from_quick_with_no_other_setting(name, tmp_path, tiny_model):
+    out = tmp_path / "run"
+    assert kinject("run", name, "--task", "hpo-isa", "--model", "tiny", "--quick", "--set",
+                   f"data_dir={tmp_path / 'empty'}", "-o", str(out)) == 0, name
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "test" in metrics or "comparison" in metrics, name
+
+
+def test_a_strategy_on_a_task_shape_it_does_not_support_says_what_it_supports(capsys, tiny_model, data_dir):
+    from helpers import one_line_error
+
+    line = one_line_error(capsys, ["run", "doktra", "--task", "ncbi-disease", "--model", "tiny", "--quick",
+                                   "--set", f"data_dir={data_dir}"])
+    assert "supports sequence classification" in line and "token tagging" in line
+
+
+def test_missing_required_choices_print_the_setting_to_add(capsys, tiny_model, tmp_path):
+    from helpers import one_line_error
+
+    line = one_line_error(capsys, ["run", "stilt", "--task", "hpo-isa", "--model", "tiny"])
+    assert "--set strategy.intermediate=hpo-isa" in line
+    line = one_line_error(capsys, ["run", "doktra", "--task", "hpo-isa", "--model", "tiny"])
+    assert "--set strategy.teacher=minilm" in line
+
+
+def test_pretrain_without_a_corpus_or_data_falls_back_to_the_tasks_own_text(tmp_path, tiny_model, caplog):
+    data = tmp_path / "own"
+    data.mkdir()
+    for split, n in (("train", 60), ("dev", 8), ("test", 8)):
+        rows = [{"text": f"the {split} sentence number {i} is about gene {i * 7} and protein {i * 3}",
+                 "label": "bio" if i % 2 else "other"} for i in range(n)]
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    assert kinject("run", "pretrain", "--task", "textcls", "--set", f"task.path={data}", "--model", "tiny",
+                   "--quick", "--set", f"data_dir={tmp_path / 'empty'}", "-o", str(out)) == 0
+    assert "task-adaptive pretraining" in caplog.text
+    corpus = json.loads((out / "corpus.json").read_text())
+    assert corpus["train_texts"] > 0

@@ -199,38 +199,46 @@ def test_local_executor_runs_each_cell_in_its_own_process(grid_run, data, tmp_pa
     assert "2 done, 0 running, 0 failed, 2 pending" in text  # the leaderboard covers the whole grid
 
 
-def test_slurm_submission_is_one_array_job(grid_run, data, tmp_path):
+def test_slurm_submission_is_one_array_job_of_readable_runs(grid_run, data, tmp_path):
     import shutil as shell
-
-    import submitit
+    import subprocess
 
     from kinject.plugins.evidence.grid_exec import _minutes
 
     calls = []
+    real_run = subprocess.run
 
-    class Sbatch:  # stands in for submitit's subprocess call: records the command, answers as sbatch does
-        def __init__(self, command, **_):
-            self.command = command
-
-        def __call__(self, *_, **__):
-            calls.append(self.command)
-            return "Submitted batch job 4242\n"
+    def sbatch(command, *args, **kwargs):  # stands in for sbatch: records the command, answers as sbatch does
+        if command[0] != "sbatch":
+            return real_run(command, *args, **kwargs)
+        calls.append(command)
+        return subprocess.CompletedProcess(command, 0, stdout="4242\n", stderr="")
 
     which = shell.which
     out = tmp_path / "slurm"
-    with mock.patch("shutil.which", lambda name, *a, **k: f"/usr/bin/{name}" if name in ("srun", "sbatch")
-                    else which(name, *a, **k)), mock.patch("submitit.core.utils.CommandFunction", Sbatch):
-        code, text, err = kinject(*grid(data, out, "-e", "slurm", "--partition", "a100", "--time", "1:30:00",
-                                        "--gpus", "2", "--parallelism", "3"))
+    # off a cluster: one line, and the script is there to take to one
+    code, text, err = kinject(*grid(data, out, "-e", "slurm"))
+    assert code == 2 and "sbatch is not on this machine's PATH" in err and len(err.strip().splitlines()) == 1
+    # the preview: the script and one spec per cell, nothing submitted
+    code, text, err = kinject(*grid(data, out, "-e", "slurm", "--dry-run", "--partition", "a100", "--time", "1:30:00",
+                                    "--gpus", "2", "--parallelism", "3"))
     assert code == 0, err
-    assert len(calls) == 1 and calls[0][0] == "sbatch"  # one array job for the 4 cells
-    script = (out / "_grid" / "logs" / "4242_submission.sh").read_text()
+    script_path = out / "_grid" / "slurm" / "tiny.sbatch"
+    assert f"wrote {script_path}" in text and not calls
+    script = script_path.read_text()
     for line in ("#SBATCH --array=0-3%3", "#SBATCH --partition=a100", "#SBATCH --time=90", "#SBATCH --gres=gpu:2",
                  "#SBATCH --cpus-per-task=4", "#SBATCH --mem=16GB", "#SBATCH --job-name=kinject-grid-tiny"):
         assert line in script.splitlines(), line  # command line values win over the file's slurm: section
-    assert "-m submitit.core._submit" in script and "4242_submission.sh" in text
-    job = submitit.core.utils.DelayedSubmission.load(out / "_grid" / "logs" / "4242_2_submitted.pkl")
-    assert job.function.__name__ == "run_cell" and job.args[0]["id"] == CELLS[2]
+    seed = out / "textcls" / "lora" / "seed-42"
+    assert f"run finetune --config {seed}.yaml -o {seed}" in script and "pickle" not in script
+    assert yaml.safe_load(seed.with_suffix(".yaml").read_text())["training"]["peft"]["method"] == "lora"
+    with mock.patch("shutil.which", lambda name, *a, **k: f"/usr/bin/{name}" if name == "sbatch"
+                    else which(name, *a, **k)), mock.patch("subprocess.run", sbatch):
+        code, text, err = kinject(*grid(data, out, "-e", "slurm", "--partition", "a100", "--time", "1:30:00",
+                                        "--gpus", "2", "--parallelism", "3"))
+    assert code == 0, err
+    assert len(calls) == 1 and calls[0][:2] == ["sbatch", "--parsable"]  # one array job for the 4 cells
+    assert "Slurm array job 4242" in text
     code, text, _ = kinject(*grid(data, out, command="status"))
     assert "queued (slurm job 4242_0)" in lines_of(text)[CELLS[0]] and "0 done, 0 running, 0 failed, 4 pending" in text
     assert [_minutes(v) for v in (90, "90", "1:30", "01:30:00", "1-00:00", "00:00:30")] == [90, 90, 90, 90, 1440, 1]

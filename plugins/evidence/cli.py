@@ -155,11 +155,15 @@ _GRID_SETS = typer.Option(None, "--set", help="Override a spec field of every ce
                           "cells whose plugin has the field)")
 _GRID_ONLY = typer.Option(None, "--only", help="Only the cells whose id (TASK/SYSTEM/seed-S) matches this glob "
                           "(repeatable)")
+_GRID_DATA = typer.Option(None, "--data-dir", help="Datasets folder of every cell (default: the file's data_dir, else "
+                          "$KINJECT_DATA_DIR)")
 
 
-def _load(file: Path, output: Optional[Path], sets: Optional[List[str]], only: Optional[List[str]] = None):
+def _load(file: Path, output: Optional[Path], sets: Optional[List[str]], only: Optional[List[str]] = None,
+          data_dir: Optional[Path] = None):
     from kinject.plugins.evidence.grid import load_grid, select
 
+    sets = [*(sets or []), *([f"data_dir={Path(data_dir).expanduser().absolute()}"] if data_dir else [])]
     loaded = load_grid(file, output, sets)
     return loaded, select(loaded.cells, only)
 
@@ -208,7 +212,7 @@ def grid_run(file: Path = _GRID_FILE,
              dry_run: bool = typer.Option(False, "--dry-run", help="List the cells, their folders and cache state; "
                                           "run nothing"),
              output: Optional[Path] = _GRID_OUT, sets: Optional[List[str]] = _GRID_SETS,
-             only: Optional[List[str]] = _GRID_ONLY,
+             only: Optional[List[str]] = _GRID_ONLY, data_dir: Optional[Path] = _GRID_DATA,
              partition: Optional[str] = typer.Option(None, "--partition", help="slurm: partition"),
              gpus: Optional[int] = typer.Option(None, "--gpus", min=0, help="slurm: GPUs per cell (--gres=gpu:N)"),
              time_limit: Optional[str] = typer.Option(None, "--time", help="slurm: time per cell (minutes or "
@@ -224,13 +228,20 @@ def grid_run(file: Path = _GRID_FILE,
     from kinject.plugins.evidence.grid_state import counts, states
     from kinject.plugins.evidence.grid_board import build_leaderboard, print_leaderboard
 
-    loaded, cells = _load(file, output, sets, only)
+    loaded, cells = _load(file, output, sets, only, data_dir)
     how = executor or loaded.file.executor
     if how not in ("debug", "local", "slurm"):
         raise SpecError(f"--executor {how}: expected debug, local or slurm")
+    slurm = {"partition": partition, "gpus": gpus, "time": time_limit, "cpus": cpus, "mem": mem,
+             "parallelism": parallelism}
     if dry_run:
         console.print(f"grid {loaded.name} ({file}) -> {loaded.output}", highlight=False)
         _dry_run(cells)
+        if how == "slurm":  # the array job as it would be submitted: the script and one spec per cell
+            found = states(cells)
+            grid_exec.submit_slurm(loaded, [c for c in cells if found[c.id].state in ("pending", "failed")] or cells,
+                                   slurm, lambda line: console.print(line, markup=False, highlight=False),
+                                   dry_run=True)
         return
     found = states(cells)
     todo = [c for c in cells if found[c.id].state in ("pending", "failed")]
@@ -249,8 +260,7 @@ def grid_run(file: Path = _GRID_FILE,
                 raise api.KinjectError(f"{file}: cell {system.id}: {exc}") from None
         say = lambda line: console.print(line, markup=False, highlight=False)  # noqa: E731
         if how == "slurm":
-            grid_exec.submit_slurm(loaded, todo, {"partition": partition, "gpus": gpus, "time": time_limit,
-                                                  "cpus": cpus, "mem": mem, "parallelism": parallelism}, say)
+            grid_exec.submit_slurm(loaded, todo, slurm, say)
             return
         _quiet_runs(debug)
         if how == "debug":
@@ -267,12 +277,12 @@ def grid_run(file: Path = _GRID_FILE,
 
 @grid.command("status")
 def grid_status(file: Path = _GRID_FILE, output: Optional[Path] = _GRID_OUT, sets: Optional[List[str]] = _GRID_SETS,
-                only: Optional[List[str]] = _GRID_ONLY,
+                only: Optional[List[str]] = _GRID_ONLY, data_dir: Optional[Path] = _GRID_DATA,
                 debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Each cell: done / running / failed (with its error line) / pending, and its folder."""
     from kinject.plugins.evidence.grid_state import counts, states
 
-    loaded, cells = _load(file, output, sets, only)
+    loaded, cells = _load(file, output, sets, only, data_dir)
     found = states(cells)
     width = max(len(c.id) for c in cells)
     for cell in cells:
@@ -290,12 +300,13 @@ def grid_report(file: Path = _GRID_FILE, output: Optional[Path] = _GRID_OUT, set
                                                      "the task's primary metric)"),
                 resamples: int = typer.Option(2000, "--resamples", min=100, help="Bootstrap resamples"),
                 seed: int = typer.Option(0, "--seed", help="Seed of the resampling"),
+                data_dir: Optional[Path] = _GRID_DATA,
                 debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Write the leaderboard (Markdown, HTML, JSON) of the finished cells: every system against the baseline."""
     from kinject.plugins.evidence.grid_state import counts, states
     from kinject.plugins.evidence.grid_board import build_leaderboard, print_leaderboard
 
-    loaded, cells = _load(file, output, sets)
+    loaded, cells = _load(file, output, sets, data_dir=data_dir)
     found = states(cells)
     board = build_leaderboard(loaded, cells, found, split, metric, n_resamples=resamples, seed=seed)
     print_leaderboard(board, loaded.file.baseline, console)

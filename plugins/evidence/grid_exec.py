@@ -261,24 +261,85 @@ def slurm_parameters(grid: Grid, overrides: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if v is not None}
 
 
-def submit_slurm(grid: Grid, cells: list[Cell], overrides: dict[str, Any], announce: Callable[[str], None]
-                 ) -> dict[str, Any]:
-    """All ``cells`` as one Slurm array job (submitit); returns {job, script, cells}. Does not wait."""
-    import submitit
+def slurm_script(grid: Grid, cells: list[Cell], overrides: dict[str, Any]) -> tuple[str, Path]:
+    """The sbatch script of ``cells`` as one array job - every array task runs one readable ``kinject run --config
+    <cell spec> -o <cell folder>`` (the cells' specs are written beside their folders) - and where it goes
+    (``<output>/_grid/slurm/<grid>.sbatch``)."""
+    import shlex
+    import sys
 
-    executor = submitit.AutoExecutor(folder=str(grid.state_dir / "logs"), cluster="slurm")
     params = slurm_parameters(grid, overrides)
-    threads = params.get("cpus_per_task")
-    executor.update_parameters(**params)
+    logs = (grid.state_dir / "logs").absolute()
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={params['name']}",
+             f"#SBATCH --array=0-{len(cells) - 1}" + (f"%{params['slurm_array_parallelism']}"
+                                                      if params.get("slurm_array_parallelism") else ""),
+             f"#SBATCH --output={logs}/%A_%a.out", f"#SBATCH --error={logs}/%A_%a.err", "#SBATCH --nodes=1",
+             "#SBATCH --ntasks=1", f"#SBATCH --time={params['timeout_min']}"]
+    for key, flag in (("slurm_partition", "partition"), ("slurm_gres", "gres"), ("cpus_per_task", "cpus-per-task"),
+                      ("slurm_account", "account"), ("slurm_qos", "qos"), ("slurm_constraint", "constraint")):
+        if params.get(key) is not None:
+            lines.append(f"#SBATCH --{flag}={params[key]}")
+    if params.get("mem_gb") is not None:
+        lines.append(f"#SBATCH --mem={params['mem_gb']:g}GB")
+    for key, value in (params.get("slurm_additional_parameters") or {}).items():
+        lines.append(f"#SBATCH --{key.replace('_', '-')}={value}")
+    kinject = [sys.executable, "-m", "kinject"]  # the venv this grid was submitted from
+    commands = [shlex.join([*kinject, "run", c.data["strategy"]["name"], "--config", str(c.spec_file.absolute()),
+                            "-o", str(c.run_dir.absolute())]) for c in cells]
+    lines += ["", "set -euo pipefail", f"cd {shlex.quote(str(Path.cwd()))}",
+              *(["# the grid file's setup lines", *params.get("slurm_setup", [])] if params.get("slurm_setup") else []),
+              f"export OMP_NUM_THREADS=${{SLURM_CPUS_PER_TASK:-{params.get('cpus_per_task') or 1}}}", "",
+              "# one cell per array task: an ordinary run of the cell's spec (kinject grid status follows them)",
+              "cells=(", *(f"  {shlex.quote(c)}" for c in commands), ")", 'eval "${cells[$SLURM_ARRAY_TASK_ID]}"']
+    return "\n".join(lines) + "\n", grid.state_dir / "slurm" / f"{grid.name}.sbatch"
+
+
+def write_slurm(grid: Grid, cells: list[Cell], overrides: dict[str, Any]) -> Path:
+    """Write the cells' specs beside their folders and the array job's sbatch script; returns the script."""
+    import yaml
+
+    from kinject.api import atomic_write_text
+
+    text, script = slurm_script(grid, cells, overrides)
+    for cell in cells:
+        cell.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(cell.spec_file, yaml.safe_dump({**cell.data, "output": str(cell.run_dir.absolute())},
+                                                         sort_keys=False))
+    script.parent.mkdir(parents=True, exist_ok=True)
+    (grid.state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    atomic_write_text(script, text)
+    return script
+
+
+def submit_slurm(grid: Grid, cells: list[Cell], overrides: dict[str, Any], announce: Callable[[str], None],
+                 dry_run: bool = False) -> dict[str, Any]:
+    """All ``cells`` as one Slurm array job (:func:`slurm_script`, submitted with ``sbatch``); returns {job, script,
+    cells}. Does not wait. ``dry_run``: write the script and the cells' specs, submit nothing. Off a Slurm
+    machine (no ``sbatch``) or when sbatch refuses: one line."""
+    import shutil
+    import subprocess
+
+    if not cells:
+        raise SpecError("slurm: no cell to submit (every cell is done or running)")
+    script = write_slurm(grid, cells, overrides)
+    if dry_run:
+        announce(f"wrote {script} (array of {len(cells)} cell(s); each runs `kinject run STRATEGY --config <cell>.yaml -o "
+                 f"<cell>`) and the cells' specs; submit it with: sbatch {script}")
+        return {"job": None, "script": str(script), "cells": len(cells)}
+    if shutil.which("sbatch") is None:
+        raise SpecError(f"--executor slurm: sbatch is not on this machine's PATH (not a Slurm login node); the array "
+                        f"job is written to {script} (submit it from the cluster with `sbatch {script}`), or run the "
+                        "cells here with --executor local")
     for cell in cells:  # before the array exists: a cell that starts at once overwrites it, never the reverse
         write_status(cell, state="queued", executor="slurm")
-    jobs = executor.map_array(run_cell, [payload(cell, threads) for cell in cells])
-    for job, cell in zip(jobs, cells):
+    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SpecError(f"--executor slurm: sbatch refused {script}: {reason}")
+    array = done.stdout.strip().split(";")[0].split()[-1]
+    for i, cell in enumerate(cells):
         if read_status(cell).get("state") == "queued":
-            write_status(cell, state="queued", executor="slurm", job=job.job_id)
-    array = jobs[0].job_id.split("_")[0]
-    script = grid.state_dir / "logs" / f"{array}_submission.sh"
-    script = script if script.exists() else jobs[0].paths.submission_file
+            write_status(cell, state="queued", executor="slurm", job=f"{array}_{i}")
     announce(f"submitted {len(cells)} cell(s) as Slurm array job {array} ({script}); follow it with "
              f"kinject grid status {grid.path}")
     return {"job": array, "script": str(script), "cells": len(cells)}

@@ -19,9 +19,21 @@ from typing import ClassVar
 from kinject.api import Stage, Strategy
 from kinject.plugins.training import evaluate_stage, finetune_stage
 
-from .config import KimeraConfig
+from .config import VARIANTS, KimeraConfig
 from .plan import (EVALUATE, PHASE1, PRUNED_EVALUATE, Resolved, mask_stages, pruned_stages, resolve,
                    retraining_stages)
+
+
+def variant_label(cfg: KimeraConfig) -> str:
+    """How a comparison names the arm: kimera-<variant>, with the mask when a setting overrides the variant's
+    (``--set strategy.mask=soft`` on the default variant is kimera-hard-masksoft, not kimera-hard)."""
+    default = VARIANTS.get(cfg.variant, ("none", False, False))
+    mask, forward, scratch = cfg.settings()
+    parts = [f"kimera-{cfg.variant}"]
+    parts += [f"mask{mask}"] if cfg.mask is not None and mask != default[0] else []
+    parts += [f"forward{str(forward).lower()}"] if cfg.forward_mask is not None and forward != default[1] else []
+    parts += ["scratch"] if cfg.from_scratch is not None and scratch != default[2] else []
+    return "-".join(parts)
 
 
 class KimeraStrategy(Strategy):
@@ -58,5 +70,5 @@ class KimeraStrategy(Strategy):
             stages, final = phase1 + retraining_stages(run, cfg, resolved), EVALUATE
         if phase1:
             stages.append(compare_stage(run, baseline="evaluate", other=final, name="kimera-compare",
-                                        labels=("finetune", f"kimera-{cfg.variant}")))
+                                        labels=("finetune", variant_label(cfg))))
         return stages

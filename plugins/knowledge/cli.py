@@ -42,14 +42,16 @@ def stats(source: str = typer.Argument(..., help=SOURCE_HELP),
 
     src, env = _open(source, sets)
     result = stream_stats(src.iter_triples(env), top=top)  # streamed: memory flat in the number of triples
-    result["bad_rows_skipped"] = src.bad_rows.count
+    bad = getattr(src, "bad_rows", None)  # a third party's source may not count bad rows
+    skipped = getattr(bad, "count", 0) or 0
+    result["bad_rows_skipped"] = skipped
     if as_json:
         typer.echo(json.dumps(result, indent=1))
         return
     console = Console()
     console.print(f"[bold]{source}[/]: {result['entities']} entities, {result['relations']} relations, "
-                  f"{result['triples']} triples" + (f", {src.bad_rows.count} bad rows skipped "
-                                                    f"(first: {src.bad_rows.first})" if src.bad_rows.count else ""))
+                  f"{result['triples']} triples" + (f", {skipped} bad rows skipped (first: {bad.first})"
+                                                    if skipped else ""))
     table = Table(title="relations", title_justify="left")
     table.add_column("relation")
     table.add_column("triples", justify="right")

@@ -234,14 +234,18 @@ def combine_doses(stages: list[tuple[str, Path]]) -> dict | None:
 
 
 def dose_line(dose: dict) -> str:
-    """One line for the console: the dose of a run."""
-    parts = [f"{dose['distinct']:,} distinct {dose['unit']}"]
+    """One line for the console: the dose of a run (over --repeats: the means)."""
+    def count(value) -> str:
+        return f"{value:,.0f}"
+
+    parts = [f"{count(dose['distinct'])} distinct {dose.get('unit', 'facts')}"]
     if dose.get("available"):
-        parts[0] += f" of {dose['available']:,} ({dose['coverage']:.0%})"
-    parts.append(f"{dose['seen']:,} seen")
+        parts[0] += f" of {count(dose['available'])} ({dose['coverage']:.0%})"
+    parts.append(f"{count(dose['seen'])} seen")
     parts.append(f"{dose['epochs']:.3g} epochs of its rows")
     if dose.get("tokens"):
-        parts.append(f"{dose['tokens']:,} tokens")
+        parts.append(f"{count(dose['tokens'])} tokens")
     if dose.get("held_out") is not None:
-        parts.append(f"{dose['held_out']:,} held out")
-    return "knowledge dose: " + ", ".join(parts) + f" (digest {dose['digest']})"
+        parts.append(f"{count(dose['held_out'])} held out")
+    digest = f" (digest {dose['digest']})" if dose.get("digest") else ""
+    return "knowledge dose: " + ", ".join(parts) + digest

@@ -38,38 +38,68 @@ def summarize_seeds(per_seed: dict[int, dict]) -> dict[str, Any]:
     return (walk(list(per_seed.values())) or {}) if per_seed else {}
 
 
+def _number(value: float) -> str:
+    """4 decimals, or 4 significant digits for a large or tiny value (a perplexity of 1.8e9 is not 19 digits)."""
+    return f"{value:.4f}" if value == 0 or 1e-3 <= abs(value) < 1e4 else f"{value:.4g}"
+
+
 def _shown(value) -> str:
     if isinstance(value, dict) and "mean" in value:
-        return f"{value['mean']:.4f} ± {value['std']:.4f} (n={value['n']})"
+        return f"{_number(value['mean'])} ± {_number(value['std'])} (n={value['n']})"
     if isinstance(value, bool) or isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return f"{value:.4f}"
+        return _number(value)
     return str(value)
 
 
-def print_metrics(console, title: str, metrics: dict) -> None:
-    """A run's metrics ({split: {metric: value}}, or their mean ± std over seeds) as a rich table on ``console``,
-    with its paired comparison when it has one."""
+def _mean(value):
+    return value["mean"] if isinstance(value, dict) and "mean" in value else value
+
+
+def print_metrics(console, title: str, metrics: dict, splits: list[str] | tuple[str, ...] | None = None) -> None:
+    """A run's task metrics per split ({split: {metric: value}}, or their mean ± std over seeds) as a rich table on
+    ``console`` - only the evaluation splits (``splits``; default: every section of plain numbers that is not a known
+    diagnostic) - then one line each for its knowledge probe, its knowledge dose and its paired comparison. Other
+    sections (training statistics, corpus counts, perplexities) stay in metrics.json and the run's report."""
     from rich.table import Table
 
+    known = ("train", "comparison", "dose", "probe", "corpus", "mlm", "head", "perplexity", "pretrain", "teacher",
+             "report", "architecture")
+    shown = [s for s in (splits or [k for k in metrics if k not in known]) if isinstance(metrics.get(s), dict)]
     table = Table(title=title, title_justify="left")
     table.add_column("split")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for split, values in metrics.items():
-        if split in ("train", "comparison", "dose") or not isinstance(values, dict):
-            continue
-        for name, value in values.items():
-            if isinstance(value, (dict, int, float)) and not isinstance(value, bool):
+    for split in shown:
+        for name, value in metrics[split].items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) or \
+                    isinstance(value, dict) and "mean" in value:
                 table.add_row(split, name, _shown(value))
     console.print(table)
+    probe = metrics.get("probe")
+    if isinstance(probe, dict) and _mean(probe.get("auroc")) is not None:
+        low, high = _mean(probe.get("gain_auroc_low")), _mean(probe.get("gain_auroc_high"))
+        interval = f" [{low:+.4f}, {high:+.4f}]" if isinstance(low, float) and isinstance(high, float) else ""
+        kind = "generalisation" if _mean(probe.get("generalisation")) else "memorisation"
+        console.print(f"knowledge probe ({kind}): AUROC {_shown(probe['auroc'])} (base model "
+                      f"{_shown(probe.get('base_auroc'))}), gain {_mean(probe.get('gain_auroc')):+.4f}{interval}",
+                      highlight=False, soft_wrap=True)
+    dose = metrics.get("dose")
+    if isinstance(dose, dict) and "distinct" in dose:
+        from kinject.knowledge import dose_line
+
+        try:  # over --repeats the numbers are summaries: their means
+            console.print(dose_line({k: _mean(v) for k, v in dose.items()}), highlight=False, soft_wrap=True)
+        except (KeyError, TypeError, ValueError):
+            pass
     comparison = metrics.get("comparison")
     if isinstance(comparison, dict) and isinstance(comparison.get("difference"), dict):  # --repeats: over seeds
         console.print(f"comparison (paired, per seed): difference {_shown(comparison['difference'])}", soft_wrap=True)
     elif isinstance(comparison, dict) and "difference" in comparison:
         c = comparison
+        note = " (identical predictions)" if c.get("identical") else f" ({c['verdict']})" if c.get("verdict") else ""
         console.print(f"[bold]{c['other_name']} vs {c['baseline_name']}[/] on {c['split']} {c['metric']}: "
                       f"{c['other']:.4f} vs {c['baseline']:.4f}, difference {c['difference']:+.4f} "
                       f"({c['confidence']:.0%} paired bootstrap CI {c['ci_low']:+.4f} .. {c['ci_high']:+.4f}, "
-                      f"n={c['n']} examples)", soft_wrap=True)
+                      f"n={c['n']} examples; one seed: these models){note}", soft_wrap=True)

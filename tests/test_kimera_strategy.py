@@ -156,7 +156,7 @@ def test_end_to_end_hard_mask_run_writes_masks_model_metrics_and_analysis(tmp_pa
     assert hard.shape == (2, 4) and set(hard.unique().tolist()) <= {0.0, 1.0}
     analysis = json.loads((Path(dirs["kimera-analysis"]) / "analysis.json").read_text())
     assert analysis["table3"]["frozen"]["heads"] + analysis["table3"]["retrained"]["heads"] == 8
-    for png in ("mask", "importance_before", "importance_after", "importance_per_layer"):
+    for png in ("1-mask", "2-importance-before", "3-importance-after", "4-importance-per-layer"):
         assert (Path(dirs["kimera-analysis"]) / "plots" / f"{png}.png").stat().st_size > 1000
         assert (tmp_path / "run" / "plots" / f"{png}.png").exists()  # exported into the run directory
     assert json.loads((tmp_path / "run" / "analysis.json").read_text()) == analysis

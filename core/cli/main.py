@@ -177,14 +177,21 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
         if first.members:
             console.print_json(data=metrics)
         else:
-            print_metrics(console, f"metrics ({out})", metrics)
+            print_metrics(console, f"metrics ({out})", metrics, _splits(first))
         return
     summary = engine.execute_repeats(runs, out)
     if engine.is_main_process():
         if first.members:
             console.print_json(data=summary)
         else:
-            print_metrics(console, f"mean ± std over {repeats} seeds ({out})", summary)
+            print_metrics(console, f"mean ± std over {repeats} seeds ({out})", summary, _splits(first))
+
+
+def _splits(run) -> list[str] | None:
+    """The evaluation splits a run's metrics table shows (the task's, or the ones training.eval_splits names)."""
+    if run.task is None:
+        return None
+    return list(run.spec.training.eval_splits or run.task.eval_splits)
 
 
 @app.command()

@@ -206,6 +206,9 @@ def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState]
         if board["missing"]:
             blocks.append(Para(f"No finished cell: {', '.join(board['missing'])}."))
         blocks += [Para("Warning: " + w) for w in board["warnings"]]
+    forest = _forest(boards, grid.output / "images" / "leaderboard.png", split)
+    if forest is not None:
+        blocks.insert(3, forest)
     unfinished = [[c.id, found[c.id].state, found[c.id].detail] for c in cells if found[c.id].state != "done"]
     if unfinished:
         blocks += [Heading(2, "Cells not finished"), TableBlock(["cell", "state", "detail"], unfinished)]
@@ -218,6 +221,21 @@ def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState]
                                                            indent=2, default=str) + "\n")
     return {"markdown": out / "leaderboard.md", "html": out / "leaderboard.html", "json": out / "leaderboard.json",
             "boards": boards}
+
+
+def _forest(boards: list[dict], path, split: str):
+    """The leaderboard's forest plot (every system against its baseline, task by task), as a report image."""
+    from kinject.plugins.evidence.forest import ForestRow, forest_plot
+    from kinject.plugins.evidence.render import Image
+
+    rows = [ForestRow(f"{board['task']}: {row['system']} ({board['metric']})", row["difference"], row["ci_low"],
+                      row["ci_high"], "identical predictions" if row.get("identical") else row.get("verdict") or "",
+                      row.get("ci_low_examples"), row.get("ci_high_examples"),
+                      len(row["paired_seeds"]) if row.get("paired_seeds") else len(row["seeds"]))
+            for board in boards for row in board["rows"] if "difference" in row]
+    drawn = forest_plot(rows, path, f"Each system minus its baseline on {split}")
+    return Image(drawn, "Every system against its baseline: the difference with its 95% intervals",
+                 "leaderboard.png") if drawn else None
 
 
 def print_leaderboard(result: dict[str, Any], baseline: str | None, console) -> None:

@@ -139,6 +139,17 @@ def _comparison_section(groups: dict[str, list[RunSet]], split: str, metrics: li
     return blocks, results
 
 
+def _forest(results: list[dict], path: Path, split: str) -> Image | None:
+    """The forest plot of every comparison of the report (each task's arms against its baseline)."""
+    from kinject.plugins.evidence.forest import forest_plot, rows_of
+
+    rows = [row for result in results for row in rows_of(result, f"{result['task']}: ")]
+    drawn = forest_plot(rows, path, f"Each arm minus its baseline on {split} (verdict from the interval over seeds "
+                                    "and examples)")
+    return Image(drawn, "Every comparison at a glance: the difference to the baseline with its 95% intervals",
+                 "forest.png") if drawn else None
+
+
 def _intermediates(run_set: RunSet) -> set[str]:
     items = (run_set.first.info.get("spec", {}).get("strategy") or {}).get("intermediate") or []
     return {item.get("name") if isinstance(item, dict) else str(item) for item in items}
@@ -215,9 +226,16 @@ def build_report(arguments: list[str], output: Path, split: str = "test", metric
     short_names(run_sets)  # tables name runs by their path below the folder they share
     groups = _by_task(run_sets)
     comparisons, results = _comparison_section(groups, split, metrics, n_resamples, seed)
+    import tempfile
+
+    scratch = Path(tempfile.mkdtemp(prefix="kinject-report-"))
+    forest = _forest(results, scratch / "forest.png", split)
+    if forest is not None:  # the figure a reader wants first: right under the comparisons' heading
+        comparisons[2:2] = [forest]
     plots = _plots(run_sets)
     images = [Image(png, f"{s.name}: {png.relative_to(root)}", f"{i:03d}-{png.name}")
               for i, (s, root, png) in enumerate(plots)]
+
     blocks: list[Block] = [Heading(1, "kinject report"),
                            Para(f"{len(run_sets)} run(s) of {len(groups)} task(s), split {split}; made "
                                 f"{time.strftime('%Y-%m-%d %H:%M:%S %z')} by kinject {__version__}."),
@@ -226,11 +244,12 @@ def build_report(arguments: list[str], output: Path, split: str = "test", metric
                            *(images or [Para("The runs wrote no plots.")]), *_commands_section(run_sets)]
     with atomic_directory(output, replace=True) as tmp:
         (tmp / "images").mkdir()
-        for image in images:
+        for image in [*images, *([forest] if forest is not None else [])]:
             shutil.copyfile(image.path, tmp / "images" / image.name)
         (tmp / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
         (tmp / "report.html").write_text(to_html(blocks, "kinject report"), encoding="utf-8")
         (tmp / "comparisons.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    shutil.rmtree(scratch, ignore_errors=True)
     return {"markdown": output / "report.md", "html": output / "report.html", "runs": len(run_sets),
             "plots": len(images), "comparisons": len(results)}
 

@@ -62,13 +62,13 @@ def heatmap(values: torch.Tensor, title: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(1 + 0.45 * values.shape[1], 1 + 0.4 * values.shape[0]))
-    image = ax.imshow(values.numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    fig, ax = plt.subplots(figsize=(max(5.5, 1 + 0.45 * values.shape[1]), 1.4 + 0.4 * values.shape[0]))
+    image = ax.imshow(values.numpy(), vmin=0, vmax=1, cmap="viridis", aspect="auto")  # one scale for every map
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_xticks(range(values.shape[1]))
     ax.set_yticks(range(values.shape[0]))
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9, wrap=True)
     fig.colorbar(image, ax=ax)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -106,11 +106,11 @@ def write_analysis(out: Path, mask: torch.Tensor, before: torch.Tensor, after: t
     out = Path(out)
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    heatmap(mask, f"{kind} mask (1 = important, frozen)", plots / "mask.png")
-    heatmap(before, "I_h before KIMERA (fine-tuned base model)", plots / "importance_before.png")
-    heatmap(after, "I_h after KIMERA", plots / "importance_after.png")
+    heatmap(mask, f"{kind} mask (1 = important, frozen)", plots / "1-mask.png")  # names sort in reading order
+    heatmap(before, "I_h before KIMERA (fine-tuned base model)", plots / "2-importance-before.png")
+    heatmap(after, "I_h after KIMERA", plots / "3-importance-after.png")
     table = importance_table(mask, before, after)
-    bars(table, plots / "importance_per_layer.png")
+    bars(table, plots / "4-importance-per-layer.png")
     table.update({"mask_kind": kind, "mask": mask.tolist(), "importance_before": before.tolist(),
                   "importance_after": after.tolist()})
     (out / "analysis.json").write_text(json.dumps(table, indent=1))

@@ -94,10 +94,17 @@ def plot_adapters(summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = summary["parts"]
+    if not any((r.get("heldout") or {}).get("accuracy@10") for r in rows):  # nothing held out or scored: no chart
+        return
     fig, ax = plt.subplots(figsize=(max(5.5, 0.35 * len(rows) + 1.5), 3.2))
     for k, shade in (("accuracy@10", "#9ecae1"), ("accuracy@1", "#3182bd")):
         ax.bar([r["part"] for r in rows], [(r["heldout"] or {}).get(k) or 0.0 for r in rows], color=shade,
                label=k)
+    priors = [(r["part"], (r.get("heldout_prior") or {}).get("accuracy@1")) for r in rows]
+    if any(p is not None for _, p in priors):  # what answering the most frequent tails scores: the level to beat
+        ax.scatter([x for x, p in priors if p is not None], [p for _, p in priors if p is not None], marker="_",
+                   s=300, color="#d62728", label="tail prior accuracy@1", zorder=3)
+    ax.set_ylim(0, 1)
     ax.set_xlabel("partition")
     ax.set_ylabel("held-out tail prediction")
     ax.set_xticks([r["part"] for r in rows])
@@ -118,12 +125,16 @@ def plot_mixture(summary: dict, path: Path, show: int = 30) -> None:
     k = summary["partitions"]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(5.0, 0.35 * k + 2), 2.0 + 0.18 * len(weights)),
                                       gridspec_kw={"height_ratios": [max(len(weights), 4), 4]})
-    image = top.imshow(weights, aspect="auto", cmap="viridis")  # own scale: near-uniform rows still differ
+    deviation = weights - 1.0 / k  # shown against uniform on a fixed scale: 1e-4 differences stay pale
+    limit = max(0.05, float(np.abs(deviation).max()) if deviation.size else 0.0)
+    image = top.imshow(deviation, aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit)
     top.set_ylabel("example")
-    top.set_title(f"Mixture weights of [CLS] at layer {summary['layer'] + 1} ({summary['split']})")
-    fig.colorbar(image, ax=top, fraction=0.03)
+    top.set_title(f"Mixture weights of [CLS] at layer {summary['layer'] + 1} ({summary['split']}), minus uniform "
+                  f"1/{k}", fontsize=9, wrap=True)
+    fig.colorbar(image, ax=top, fraction=0.03, label="weight - 1/K")
     bottom.bar(range(k), summary["mean"], color="#3182bd")
-    bottom.axhline(1.0 / k, color="grey", lw=0.8, ls="--")
+    bottom.axhline(1.0 / k, color="grey", lw=0.8, ls="--", label="uniform")
+    bottom.set_ylim(0, max(2.0 / k, float(np.max(summary["mean"])) * 1.1 if len(summary["mean"]) else 1.0))
     bottom.set_xlabel("partition")
     bottom.set_ylabel("mean")
     for ax in (top, bottom):

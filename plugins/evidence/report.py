@@ -51,10 +51,25 @@ def _runs_section(run_sets: list[RunSet]) -> list[Block]:
     for s in run_sets:
         info = s.first.info
         rows.append([s.name, s.task, s.strategy, ", ".join(map(str, sorted(s.runs))),
-                     str((info.get("spec", {}).get("model") or {}).get("name", "?")), str(info.get("data", "")),
-                     str(info.get("created", "")), str(info.get("git_sha") or "-")[:12]])
+                     _elided(str((info.get("spec", {}).get("model") or {}).get("name", "?"))),
+                     _elided(str(info.get("data", ""))), str(info.get("created", "")),
+                     str(info.get("git_sha") or "-")[:12]])
     return [Heading(2, "Runs"), TableBlock(["run", "task", "strategy", "seeds", "model", "data", "created", "git"],
                                            rows)]
+
+
+def _elided(text: str) -> str:
+    """A machine's absolute folders shortened: the data dir to ``<data>``, the home folder to ``~``, any other long
+    absolute path to its last two parts."""
+    import os
+    import re
+
+    from kinject.api import default_data_dir
+
+    for folder, short in ((str(default_data_dir()), "<data>"), (os.path.expanduser("~"), "~")):
+        if folder and folder != "/":
+            text = text.replace(folder.rstrip("/"), short)
+    return re.sub(r"(?<![\w<~])/(?:[^\s/,;()]+/)+([^\s/,;()]+/[^\s/,;()]+)", r".../\1", text)
 
 
 def _results_section(groups: dict[str, list[RunSet]], split: str) -> list[Block]:
@@ -166,23 +181,38 @@ def _setting(figure) -> str:
 def _papers_section(groups: dict[str, list[RunSet]], split: str) -> list[Block]:
     blocks: list[Block] = [Heading(2, "Reported in the papers"),
                            Para("The seed papers' figures for these tasks (percent, as printed; transcribed with "
-                                "their tables in kinject/evidence/papers.yaml) beside ours on the same metric x 100.")]
+                                "their tables in kinject/evidence/papers.yaml) beside ours on the same metric x 100. "
+                                "Ours are not at the papers' scale unless the scale column says so (their models are "
+                                "BERT-base-sized and larger, trained on the full data): read the papers' figures as "
+                                "context, not as a target.")]
     cited: set[str] = set()
     for task, sets in groups.items():
         found = figures_for(task, sets[0].first.task_spec, set().union(*(_intermediates(s) for s in sets)))
         if not found:
             continue
         cited.update(f.paper for f in found)
-        rows = [[f"{f.paper}: {f.table}", f.model, _setting(f), f.metric, f.shown()] for f in found]
+        rows = [[f"{f.paper}: {f.table}", f.model, _setting(f), f.metric, f.shown(), "the paper's"] for f in found]
         for metric in dict.fromkeys(f.metric for f in found):
             for s in sets:
                 values = [100 * v for v in _seed_values(s, split, metric)]
                 model = (s.first.info.get("spec", {}).get("model") or {}).get("name", "?")
                 if values:
                     rows.append([f"kinject: {s.name}", str(model), f"{s.strategy}, {len(values)} seed(s), {split}",
-                                 metric, _mean_std(values, 2)])
-        blocks += [Heading(3, task), TableBlock(["source", "model", "setting", "metric", "value"], rows)]
+                                 metric, _mean_std(values, 2), _scale(s)])
+        blocks += [Heading(3, task), TableBlock(["source", "model", "setting", "metric", "value", "scale"], rows)]
     return blocks + [Para(f"{key}: {paper_title(key)}") for key in sorted(cited)]
+
+
+def _scale(run_set: RunSet) -> str:
+    """How far a run is from a paper's scale: a smoke run (the tiny model, --limit, a few steps) says so plainly."""
+    spec = run_set.first.info.get("spec", {})
+    model = (spec.get("model") or {}).get("name", "?")
+    training = spec.get("training") or {}
+    smoke = [why for why, hit in (("tiny random model", model == "tiny"),
+                                  (f"--limit {training.get('limit')}", training.get("limit")),
+                                  (f"{training.get('max_steps')} steps", 0 < (training.get("max_steps") or -1) < 200))
+             if hit]
+    return ("smoke run, not comparable: " + ", ".join(smoke)) if smoke else f"not the paper's: {model}"
 
 
 def _plots(run_sets: list[RunSet]) -> list[tuple[RunSet, Path, Path]]:

@@ -11,12 +11,24 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 #: kinject's model aliases that are Hub models (``tiny`` is built in-process: no base model on the Hub)
 HUB_MODELS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
+#: the licence of base models kinject knows (a card's ``license``: the weights are a derivative of them)
+LICENSES = {"sentence-transformers/all-MiniLM-L6-v2": "apache-2.0", "bert-base-uncased": "apache-2.0",
+            "google-bert/bert-base-uncased": "apache-2.0", "microsoft/BiomedNLP-BiomedBERT-base-uncased-abstract":
+            "mit", "dmis-lab/biobert-v1.1": "apache-2.0", "allenai/scibert_scivocab_uncased": "apache-2.0"}
 #: kinject tasks whose data is on the Hub: task -> (dataset id, config). The splits kinject reads may differ.
 HUB_DATASETS = {"bc5chem": ("bigbio/blurb", "bc5chem"), "bc5disease": ("bigbio/blurb", "bc5disease"),
                 "ncbi-disease": ("bigbio/blurb", "ncbi_disease"), "bc2gm": ("bigbio/blurb", "bc2gm"),
-                "jnlpba": ("bigbio/blurb", "jnlpba")}
+                "jnlpba": ("bigbio/blurb", "jnlpba"), "chemprot": ("bigbio/chemprot", None),
+                "ddi": ("bigbio/ddi_corpus", None), "hoc": ("bigbio/hallmarks_of_cancer", None),
+                "pubmedqa": ("bigbio/pubmed_qa", None), "bioasq": ("bigbio/bioasq_task_b", None),
+                "biosses": ("bigbio/biosses", None), "gad": ("bigbio/gad", None), "ebmpico": ("bigbio/ebm_pico", None)}
+#: kinject's metric names -> the metric ids the Hub's model-index understands (kinject's name stays the display name)
+HUB_METRICS = {"accuracy": "accuracy", "f1": "f1", "f1_micro": "f1", "f1_macro": "f1", "f1_weighted": "f1",
+               "entity_f1": "f1", "precision": "precision", "recall": "recall", "pearson": "pearsonr",
+               "auroc_macro": "roc_auc", "auroc_micro": "roc_auc", "auroc_weighted": "roc_auc", "mrr": "mrr",
+               "ece": "ece"}
 #: metrics.json entries that are not evaluation splits
-NOT_SPLITS = ("train", "comparison", "probe")
+NOT_SPLITS = ("train", "comparison", "probe", "dose", "corpus", "mlm", "perplexity")
 #: what the folders a strategy shares by convention hold (Strategy.shared_files)
 FOLDERS = {"adapters/": "adapters as the strategy's knowledge stages trained them, one folder each",
            "fusion/": "the fusion layer that mixes the adapters in the task model",
@@ -77,22 +89,30 @@ def card_data(info: dict, metrics: dict, repo_id: str, files: dict[str, Path]) -
     task = (spec.get("task") or {}).get("name", "?")
     pipeline, task_title = PIPELINES[task_kind(info, files)]
     dataset, config = HUB_DATASETS.get(task, (None, None))
-    results = [EvalResult(task_type=pipeline, task_name=task_title, dataset_type=dataset or task, dataset_name=task,
-                          dataset_config=config, dataset_split=split, metric_type=name, metric_name=name,
+    results = [EvalResult(task_type=pipeline, task_name=task_title, dataset_type=dataset, dataset_name=task,
+                          dataset_config=config, dataset_split=split, metric_type=hub_metric(name), metric_name=name,
                           metric_value=round(float(value), 6))
-               for split, values in split_metrics(metrics).items() for name, value in values.items()]
+               for split, values in split_metrics(metrics).items() for name, value in values.items()
+               if dataset is not None]  # a model-index result names a Hub dataset; others stay in the body's table
     adapters = any(path.startswith(("adapters/", "fusion/")) for path in files)
-    return ModelCardData(library_name="transformers", base_model=base_model(info), pipeline_tag=pipeline,
-                         tags=["kinject", strategy, *(["adapters"] if adapters else [])],
+    base = base_model(info)
+    return ModelCardData(library_name="transformers", base_model=base, pipeline_tag=pipeline, language=["en"],
+                         license=LICENSES.get(base or ""), tags=["kinject", strategy, "biomedical",
+                                                                 *(["adapters"] if adapters else [])],
                          datasets=[dataset] if dataset else None, model_name=repo_id.split("/")[-1],
                          eval_results=results or None)
+
+
+def hub_metric(name: str) -> str:
+    """The Hub's id for a kinject metric name (recall@k -> recall; unknown names stay as they are)."""
+    return HUB_METRICS.get(name, "recall" if name.startswith("recall@") else name)
 
 
 def model_card(run_dir: Path, repo_id: str, files: dict[str, Path]) -> ModelCard:
     """The card of the run in ``run_dir`` published as ``repo_id`` with ``files`` (repo path -> local file)."""
     info = read_json(run_dir / "run.json")
     metrics = read_json(run_dir / "metrics.json")
-    probe = metrics.get("probe") if isinstance(metrics.get("probe"), dict) else read_json(run_dir / "probe.json")
+    probe = read_json(run_dir / "probe.json") or flat_probe(metrics.get("probe"))  # probe.json has model/base
     data = card_data(info, metrics, repo_id, files)
     body = "\n".join(part for part in (
         summary(info, repo_id), setup_section(info), results_section(metrics), comparison_section(metrics),
@@ -179,6 +199,24 @@ def _default(kind: str, name: str, field: str):
 _UNKNOWN = object()
 
 
+def _local(value):
+    """``value`` (text, or a mapping of texts) with the machine's absolute folders shortened (nothing of the machine
+    that ran it is published): the data dir -> ``<data>``, the home folder -> ``~``, others -> their last parts."""
+    import os
+    import re
+
+    from kinject.api import default_data_dir
+
+    if isinstance(value, dict):
+        return {k: _local(v) for k, v in value.items()}
+    if not isinstance(value, str):
+        return value
+    for folder, short in ((str(default_data_dir()), "<data>"), (os.path.expanduser("~"), "~")):
+        if folder and folder != "/":
+            value = value.replace(folder.rstrip("/"), short)
+    return re.sub(r"(?<![\w<~.])/(?:[^\s/,;()'\"]+/)+([^\s/,;()'\"]+)", r".../\1", value)
+
+
 def setup_section(info: dict) -> str:
     spec = info.get("spec", {})
     model = spec.get("model") or {}
@@ -188,7 +226,7 @@ def setup_section(info: dict) -> str:
     rows = {"base model": base_model(info) or model.get("name"), "model settings":
             {k: v for k, v in model.items() if k != "name" and v is not None},
             "strategy": (spec.get("strategy") or {}).get("name"), "knowledge": sources_text(info),
-            "task": name, "task options": task, "data": info.get("data"),
+            "task": name, "task options": _local(task), "data": _local(info.get("data")),
             "seed": info.get("seed", spec.get("seed"))}
     if training.get("limit"):
         rows["limit"] = Prose(f"trained and evaluated on the first {training['limit']} examples per split")
@@ -239,6 +277,22 @@ def comparison_section(metrics: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def flat_probe(section) -> dict | None:
+    """probe.json's shape from metrics.json's flat ``probe`` section (auroc, base_auroc, ...), for a run folder
+    without probe.json."""
+    if not isinstance(section, dict):
+        return None
+    measures = [m for m in ("auroc", "accuracy") if isinstance(section.get(m), (int, float))
+                and isinstance(section.get(f"base_{m}"), (int, float))]
+    if not measures:
+        return None
+    out = {"model": {m: section[m] for m in measures}, "base": {m: section[f"base_{m}"] for m in measures},
+           "chance": section.get("chance", 0.5)}
+    if isinstance(section.get("gain_auroc_low"), (int, float)):
+        out["gain_ci"] = {"auroc": [section["gain_auroc_low"], section["gain_auroc_high"]]}
+    return out
+
+
 def probe_section(probe: dict | None) -> str:
     if not probe or not isinstance(probe.get("model"), dict) or not isinstance(probe.get("base"), dict):
         return ""
@@ -251,9 +305,17 @@ def probe_section(probe: dict | None) -> str:
         lines.append(f"| {'this model' if side == 'model' else 'base model'} | "
                      + " | ".join(f"{probe[side][m]:.4f}" for m in measures) + " |")
     lines.append("| gain | " + " | ".join(f"{probe['model'][m] - probe['base'][m]:+.4f}" for m in measures) + " |")
+    interval = (probe.get("gain_ci") or {}).get("auroc")
+    if interval and all(isinstance(v, (int, float)) for v in interval):
+        lines.append(f"\nThe AUROC gain's 95% bootstrap interval over probe-test facts: [{interval[0]:+.4f}, "
+                     f"{interval[1]:+.4f}].")
     facts = probe.get("facts") or {}
     if facts:
-        lines.append("\nFacts: " + ", ".join(f"{k} {v}" for k, v in facts.items()) + ".")
+        kind = facts.get("kind")
+        what = {"generalisation": "facts held out of every knowledge source (generalisation)",
+                "memorisation": "edges of the injected graph (memorisation)"}.get(kind, kind)
+        lines.append(f"\nFacts asked about: {facts.get('test_pairs', '?')} probe-test pairs of the "
+                     f"`{facts.get('source', '?')}` graph" + (f", {what}" if what else "") + ".")
     return "\n".join(lines) + "\n"
 
 
@@ -310,8 +372,8 @@ def reproduce_section(info: dict) -> str:
     command = info.get("command") or []
     lines = ["## Reproduce\n"]
     if command:
-        lines.append(f"The exact command (paths are those of the machine that ran it):\n\n```bash\n"
-                     f"{shlex.join(str(c) for c in command)}\n```\n")
+        lines.append(f"The exact command (this machine's folders shortened: `<data>` is the data dir):\n\n```bash\n"
+                     f"{_local(shlex.join(str(c) for c in command))}\n```\n")
     extra = {"seed": info.get("seed"), "git sha": info.get("git_sha"), "created": info.get("created"),
              **(info.get("versions") or {})}
     lines.append(_table({k: v for k, v in extra.items() if v is not None}, ("provenance", "value")))

@@ -14,7 +14,8 @@ __kinject_facade__ = True
 import importlib
 
 _EXPORTS = {  # name -> the module defining it
-    ".compare": ("compare_prediction_files", "compare_runs", "comparison_table", "pair", "print_comparison"),
+    ".compare": ("compare", "compare_prediction_files", "compare_runs", "comparison_table", "pair",
+                 "print_comparison"),
     ".bootstrap": ("bootstrap_intervals", "two_way_bootstrap", "verdict"),
     ".stats": ("paired_bootstrap", "seed_tests"),
     ".runs": ("find_runs", "load_predictions"),

@@ -91,6 +91,22 @@ def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[i
 FEW_SEEDS = 5  # below this many paired seeds the table flags the verdict as provisional
 
 
+def compare(baseline, *others, split: str = "test", metrics: list[str] | str | None = None,
+            n_resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """`kinject compare` from Python: run folders (or ``--repeats`` parents, globs, ``kinject.run`` results), the
+    first the baseline; returns what ``compare --json`` prints (``result["metrics"][0]["rows"]``: values, the
+    difference, its intervals, the verdict)."""
+    from kinject.plugins.evidence.runs import find_runs, short_names
+
+    names = [str(getattr(x, "output", x)) for x in (baseline, *others)]
+    sets = find_runs(names)
+    if len(sets) < 2:
+        raise KinjectError("compare needs at least two runs")
+    short_names(sets)
+    return compare_runs(sets, split, [metrics] if isinstance(metrics, str) else metrics, n_resamples=n_resamples,
+                        seed=seed)
+
+
 def _task_view(run: Run):
     task = build_task(run.task_spec)
     return task, task_metric_refs(task) if task is not None else []

@@ -1,0 +1,77 @@
+"""Runs from Python, one call each (a notebook, a script): ``kinject.run(...)`` is ``kinject run`` - the same spec,
+validation, cache and run folder - returning the metrics instead of printing them. The engine's stage lines go to
+the standard ``logging`` logger ``kinject`` (``logging.basicConfig(level=logging.INFO)`` shows them)."""
+
+from __future__ import annotations
+
+__kinject_fingerprint__ = False  # runs specs as the CLI does; computes nothing a stage writes
+
+from pathlib import Path
+from typing import Any
+
+
+class RunResult(dict):
+    """A run's metrics by split (``result["test"]["accuracy"]``; over ``repeats`` their mean / std / values) with
+    where the run was written (``.output``) and a table view (:meth:`frame`)."""
+
+    def __init__(self, metrics: dict, output: Path):
+        super().__init__(metrics)
+        self.output = Path(output)
+
+    def frame(self):
+        """The metrics as a pandas DataFrame: one row per (split, metric), the value (over repeats: mean and std)."""
+        import pandas as pd
+
+        rows = []
+        for split, values in self.items():
+            if not isinstance(values, dict) or split in ("train", "comparison", "dose", "probe"):
+                continue
+            for name, value in values.items():
+                if isinstance(value, dict) and "mean" in value:
+                    rows.append({"split": split, "metric": name, "value": value["mean"], "std": value["std"],
+                                 "seeds": value["n"]})
+                elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                    rows.append({"split": split, "metric": name, "value": float(value)})
+        return pd.DataFrame(rows)
+
+
+def run(strategy: str, task: str | None = None, model: str | None = None, *, overrides: dict[str, Any] | None = None,
+        config: str | Path | None = None, output: str | Path | None = None, seed: int | None = None,
+        repeats: int = 1, quick: bool = False, data_dir: str | Path | None = None,
+        cache_dir: str | Path | None = None, resume: bool = False) -> RunResult:
+    """Run ``strategy`` on ``task`` as ``kinject run`` does and return its metrics by split.
+
+    ``overrides``: spec fields by dotted name, as ``--set`` takes them (``{"training.max_steps": 4, "task.path":
+    "data/"}``; values are Python values); ``config``: a YAML run spec they apply to; ``quick``: the strategy's quick
+    protocol and 64 examples per split. Errors are :class:`kinject.errors.KinjectError` (one line, naming the field).
+    """
+    from kinject import engine
+    from kinject.spec import build_spec, load_spec_file
+
+    data: dict[str, Any] = load_spec_file(Path(config)) if config else {}
+    data["strategy"] = {**(data.get("strategy") or {}), "name": strategy} \
+        if (data.get("strategy") or {}).get("name") in (None, strategy) else {"name": strategy}
+    if task:
+        data["task"] = data.get("task") if (data.get("task") or {}).get("name") == task else {"name": task}
+    if model:
+        data.setdefault("model", {})["name"] = model
+    for key, value in (("seed", seed), ("output", output), ("data_dir", data_dir), ("cache_dir", cache_dir)):
+        if value is not None:
+            data[key] = str(value) if isinstance(value, Path) else value
+    items = dict(overrides or {})
+    if quick:
+        items.setdefault("protocol", "quick")
+        items.setdefault("training.limit", 64)
+    for key, value in items.items():
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = str(value) if isinstance(value, Path) else value
+    spec = build_spec(data)
+    out = Path(spec.output) if spec.output else engine.default_output(spec)
+    runs = [engine.prepare(spec.model_copy(update={"seed": spec.seed + i}), resume=resume,
+                           command=["kinject.run", strategy]) for i in range(repeats)]
+    engine.check_output(out, runs[0].env)
+    metrics = engine.execute(runs[0], out) if repeats == 1 else engine.execute_repeats(runs, out)
+    return RunResult(metrics, out)

@@ -295,10 +295,38 @@ def _apply_protocol(spec: RunSpec) -> tuple[RunSpec, dict[str, Any]]:
         cls = registry("strategies").get(spec.strategy.name)
     except UnknownNameError as exc:
         raise type(exc)(f"strategy.name: {exc}") from None
-    if spec.protocol not in cls.protocols:
+    presets = cls.protocols.get(spec.protocol)
+    if presets is None and spec.protocol == "quick":  # --quick works for a strategy that declares no quick protocol
+        log.info("protocol quick: strategy %r declares none; its stages keep their own budgets, fine-tuning gets "
+                 "training.max_steps=30", spec.strategy.name)
+        presets = QUICK
+    if presets is None:
         known = ", ".join(["kinject", *cls.protocols])
         raise SpecError(f"protocol: strategy {spec.strategy.name!r} has no {spec.protocol!r} protocol (has: {known})")
-    return apply_protocol(spec, cls.protocols[spec.protocol])
+    check_protocol(cls, spec.protocol, presets)
+    return apply_protocol(spec, presets)
+
+
+#: ``--quick`` for a strategy without a quick protocol of its own
+QUICK: dict[str, dict[str, Any]] = {"training": {"max_steps": 30}}
+
+
+def check_protocol(cls: type, name: str, presets: dict) -> None:
+    """A protocol preset names real fields: sections strategy / model / training, each key a field of the strategy's
+    config, ModelSpec or TrainingSpec (a dotted ``--set``-style key, or a typo, would silently do nothing)."""
+    from kinject.spec import ModelSpec, TrainingSpec
+
+    fields = {"strategy": cls.Config.model_fields, "model": ModelSpec.model_fields,
+              "training": TrainingSpec.model_fields}
+    for section, values in presets.items():
+        where = f"strategy {cls.name or cls.__name__!r}'s protocol {name!r}"
+        if section not in fields:
+            raise SpecError(f"protocol: {where} has a section {section!r}; a protocol sets strategy, model and "
+                            "training fields ({section: {field: value}})")
+        unknown = [k for k in (values or {}) if k not in fields[section]]
+        if unknown:
+            raise SpecError(f"protocol: {where} sets {section}.{unknown[0]}, which is no field of {section} "
+                            f"(fields: {', '.join(sorted(fields[section]))})")
 
 
 def _prepare_members(run: RunContext) -> list[tuple[str, RunContext | None, str]]:

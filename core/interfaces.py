@@ -290,14 +290,35 @@ def _text_capped(examples: Callable) -> Callable:
         try:
             with text_cap(getattr(env, "max_chars", None), f"{self.name} {split}"):
                 if fold is None or not outermost or split not in (self.train_split, "dev"):
-                    return examples(self, split, env, *args, **kwargs)
-                return fold_of(examples(self, self.train_split, env, *args, **kwargs), fold,
-                               held_out=split == "dev")
+                    rows = examples(self, split, env, *args, **kwargs)
+                else:
+                    rows = fold_of(examples(self, self.train_split, env, *args, **kwargs), fold,
+                                   held_out=split == "dev")
+                limit = getattr(env, "limit", None)
+                return limited(rows, limit) if outermost and limit else rows
         finally:
             _IN_EXAMPLES.pop()
 
     capped._text_capped = True
     return capped
+
+
+def limited(examples: list[dict], limit: int) -> list[dict]:
+    """The first ``limit`` evaluation units of a split (``--limit``): examples that share a ``group`` (a query's
+    candidates) count as one. Applied to every task by the engine, so a task that does not slice its data itself
+    is bounded too; a task that does (to ``limit`` or fewer units) is left as it is."""
+    if len(examples) <= limit:
+        return examples
+    seen: dict[str, None] = {}
+    out = []
+    for i, example in enumerate(examples):
+        unit = str(example.get("group", f"#{i}")) if isinstance(example, dict) else f"#{i}"
+        if unit not in seen:
+            if len(seen) == limit:
+                break
+            seen[unit] = None
+        out.append(example)
+    return out
 
 
 def fold_of(examples: list[dict], fold: tuple[int, int, int], held_out: bool) -> list[dict]:

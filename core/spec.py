@@ -432,11 +432,34 @@ def build_spec(data: dict) -> RunSpec:
 
 
 def validate_plugin_config(cls: type, ref: PluginRef, field: str):
-    """Validate a plugin's options with its own Config; errors carry the spec field path."""
+    """Validate a plugin's options with its own Config; errors carry the spec field path. Its file and folder
+    fields (FILE_PATH) that name something here are made absolute and normalised, so the same file spelled
+    ``data/x.tsv``, ``./data/x.tsv`` or ``/abs/data/x.tsv`` makes the same stage keys."""
     try:
-        return cls.Config.model_validate(ref.options())
+        config = cls.Config.model_validate(ref.options())
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, prefix=field, model=cls.Config)) from None
+    changed = {}
+    for name, info in cls.Config.model_fields.items():
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and extra.get("path"):
+            value = getattr(config, name)
+            normal = _normal_path(value)
+            if normal != value:
+                changed[name] = normal
+    return config.model_copy(update=changed) if changed else config
+
+
+def _normal_path(value: Any) -> Any:
+    """An existing relative or unnormalised path as an absolute, normalised one (a list: each); others as they are."""
+    if isinstance(value, list):
+        return [_normal_path(v) for v in value]
+    if isinstance(value, (str, Path)) and str(value):
+        path = Path(value).expanduser()
+        if path.exists():
+            normal = os.path.normpath(path.absolute())
+            return type(value)(normal) if isinstance(value, Path) else normal
+    return value
 
 
 def default_data_dir() -> Path:

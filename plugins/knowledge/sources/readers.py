@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from kinject.api import DataError, Triple, iter_lines
 from kinject.plugins.knowledge.sources.filters import BadRows
+
+log = logging.getLogger("kinject")
 
 
 def iter_text_lines(path: Path, bad: BadRows) -> Iterator[tuple[int, str]]:
@@ -80,6 +83,18 @@ def _rows(path: Path, fmt: str, bad: BadRows) -> Iterator[tuple[int, list[str] |
             yield number, line.split("\t")
 
 
+HEADER_WORDS = {"head", "relation", "tail", "subject", "predicate", "object", "source", "target", "rel", "h", "r",
+                "t", "weight", "entity1", "entity2", "head_entity", "tail_entity", "score", "from", "to", "type"}
+
+
+def looks_like_header(row) -> bool:
+    """A first row whose cells are all column names (head/relation/tail, subject/predicate/object, ...)."""
+    if not isinstance(row, list) or len(row) < 2:
+        return False
+    cells = [str(c).strip().lower().replace(" ", "_") for c in row if str(c).strip()]
+    return len(cells) >= 2 and all(c in HEADER_WORDS for c in cells)
+
+
 def iter_table_triples(path: Path, fmt: str, cols: Columns, bad: BadRows,
                        entity_text: dict[str, str] | None = None,
                        relation_text: dict[str, str] | None = None) -> Iterator[Triple]:
@@ -92,6 +107,10 @@ def iter_table_triples(path: Path, fmt: str, cols: Columns, bad: BadRows,
     first = True
     need = 0
     for number, row in _rows(path, fmt, bad):
+        if first and cols.header is None and not header and looks_like_header(row):
+            first = False  # `head, relation, tail` (or subject/predicate/object...): names, not a triple
+            log.info("%s: first row %s read as a header (set header: false to read it as a triple)", path, row)
+            continue
         if first and header:
             first = False
             if not isinstance(row, list):

@@ -66,7 +66,9 @@ class TriplesSource(TriplesSourceBase):
         weight: int | str | None = Field(None, description="Weight column (default: none, or a 4th TSV/CSV "
                                          "column / 'weight' key when present).")
         relation_name: str | None = Field(None, description="One relation for every row (link lists).")
-        header: bool | None = Field(None, description="First row is a header (None: when columns are named).")
+        header: bool | None = Field(None, description="First row is a header (None: when columns are named, or when "
+                                    "the first row's cells are all column names such as head, relation, tail or "
+                                    "subject, predicate, object; false: always a triple).")
         entity_text: str | None = Field(None, description="id<TAB>text file mapping entity ids to names.",
                                          json_schema_extra=FILE_PATH)
         relation_text: str | None = Field(None, description="id<TAB>text file mapping relation ids to phrases.",

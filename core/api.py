@@ -32,7 +32,7 @@ from kinject.errors import (DataError, DataMissingError, Interrupted, KinjectErr
 from kinject.models import (keep_layers, load_encoder, load_tokenizer, masked_mean, native_bf16, offline, resolve_model,
                             usable_positions)
 # -- data files and the disk -------------------------------------------------------------------------- #
-from kinject.io import (bounded_lines, count_lines, file_digest, first_line, iter_lines, line_cap, open_text, package_folder, plain,
+from kinject.io import (bounded_lines, count_lines, file_digest, first_line, iter_lines, line_cap, open_text, package_folder, plain, progress,
                         read_csv_columns, read_jsonl, read_tsv, text_field)
 from kinject.files import (FilesystemError, atomic_directory, atomic_file, atomic_write_text, check_weights,
                            check_writable, weights_problem)

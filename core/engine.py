@@ -55,6 +55,8 @@ class RunContext:
     command: list[str] | None = None
     recommended: dict[str, Any] = field(default_factory=dict)  # the task's settings applied to this spec
     protocol: dict[str, Any] = field(default_factory=dict)  # the strategy's protocol preset applied to it
+    defaults: dict[str, str] = field(default_factory=dict)  # settings kinject.choose's rules filled in, and why
+    chosen: dict | None = None  # what cross-validation on a small train split chose (kinject.choose.choose)
     output: Path | None = None  # the run folder, once the run executes
     resolved: Any = None  # what the strategy's validate returned, for its stages
     holdout: Any = None  # the facts every knowledge source holds out (kinject.refs.HoldOutRef; None: none)
@@ -195,6 +197,9 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
             source.check(env)
     if task is not None:
         _check_task_kind(strategy, task, env)
+        from kinject.choose import default_rules
+
+        run.defaults = default_rules(run)  # a dev split too small to rank, a head rate, a long split's epochs
     run.holdout = _holdout(run)
     with plugin_code("strategies", strategy):
         run.resolved = strategy.validate(run)
@@ -575,6 +580,7 @@ def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, me
     note = type(run.task).recommended_note if run.task is not None else ""
     info = {"spec": resolved, "command": run.command, "recommended": {"applied": run.recommended, "how": note},
             "protocol": {"name": run.spec.protocol, "applied": run.protocol},
+            "defaults": run.defaults, "chosen": run.chosen,
             "knowledge": knowledge_record(run), "stages": records, "wall_seconds": state.get("wall_seconds"),
             "versions": _versions(),
             "git_sha": _git_sha(), "seed": run.spec.seed, "data": describe_data(run),

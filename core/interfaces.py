@@ -251,6 +251,11 @@ class Task(Component):
         """The metric searches optimise (head masks, sweeps): the primary one unless that is too coarse."""
         return self.primary_metric()
 
+    def alternatives(self, env: Environment, spec: Any) -> dict[str, list]:
+        """Settings worth choosing by cross-validation when the train split is small (dotted spec field -> the
+        values to try, e.g. ``{"task.encoder": ["cross", "bi"]}``; :mod:`kinject.choose`). Default: none."""
+        return {}
+
     #: settings a run starts from unless the spec sets them: {"training": {...}, "model": {...}}
     recommended: ClassVar[dict[str, dict[str, Any]]] = {}
     #: how ``recommended`` was chosen (a sweep on dev, with its command): shown by `kinject info` and run.json

@@ -294,3 +294,16 @@ def plain(value: Any) -> Any:
     if isinstance(value, np.floating):
         return float(value)
     return value
+
+
+def progress(iterable, desc: str, total: int | None = None, unit: str = " it"):
+    """``iterable`` with a progress bar on stderr (tqdm) for a step that takes more than a few seconds - packing a
+    corpus, building KG rows, a teacher's outputs - off when ``KINJECT_PROGRESS=0`` (tests, logs to a file); log lines
+    go above the bar (the CLI routes logging through tqdm)."""
+    import os
+
+    if os.environ.get("KINJECT_PROGRESS", "1") == "0":
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, unit=unit, mininterval=1.0, leave=False)

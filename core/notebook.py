@@ -70,8 +70,13 @@ def run(strategy: str, task: str | None = None, model: str | None = None, *, ove
         node[parts[-1]] = str(value) if isinstance(value, Path) else value
     spec = build_spec(data)
     out = Path(spec.output) if spec.output else engine.default_output(spec)
+    from kinject.choose import choose
+
+    spec, chosen = choose(spec)
     runs = [engine.prepare(spec.model_copy(update={"seed": spec.seed + i}), resume=resume,
                            command=["kinject.run", strategy]) for i in range(repeats)]
+    for prepared in runs:
+        prepared.chosen = chosen
     engine.check_output(out, runs[0].env)
     metrics = engine.execute(runs[0], out) if repeats == 1 else engine.execute_repeats(runs, out)
     return RunResult(metrics, out)

@@ -246,6 +246,10 @@ class RunSpec(StrictModel):
     knowledge_probe: bool = Field(True, description="Add the knowledge probe to the run where a plugin provides one "
                                   "(kinject.plugins.knowledge: the run's final encoder and the base model scored the "
                                   "same way on held-out knowledge-graph facts).")
+    choose: bool | None = Field(None, description="On a train split under 1,000 examples, choose the task's "
+                                "alternatives (a pair task's encoder, a classifier's head learning rate) by 5-fold "
+                                "cross-validation on it before the run (kinject.choose; announced, cached, recorded in "
+                                "run.json). Unset: on (KINJECT_CHOOSE=0 turns it off); false: off.")
     protocol: str = Field("kinject", description="kinject: the defaults (tuned for this scale); paper: the strategy's "
                           "paper protocol (its hyperparameters where they apply; `kinject info STRATEGY`) for every "
                           "field not set here, before the task's recommended settings.")

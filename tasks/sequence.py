@@ -72,6 +72,21 @@ class SequenceClassificationTask(Task):
         loss for two labels (the second in label order is the positive one)."""
         return "regression" if self.problem_type == "regression" else "binary"
 
+    def alternatives(self, env: Environment, spec) -> dict[str, list]:
+        """For a small train split (chosen by cross-validation, :mod:`kinject.choose`): a pair task's encoder (cross or
+        bi, where a bi-encoder fits: a score or two labels) and a classifier's head learning rate (the encoder's, or
+        a fast one) unless the task recommends one."""
+        out: dict[str, list] = {}
+        train = self.examples(self.train_split, env)
+        pairs = bool(train) and all(ex.get("text_pair") is not None for ex in train[:200])
+        fits = self.problem_type == "regression" or (self.problem_type != "multi_label_classification"
+                                                    and len(self.labels(env)) == 2)
+        if "encoder" in type(self.config).model_fields and pairs and fits and biencoder.supported():
+            out["task.encoder"] = ["cross", "bi"]
+        if self.problem_type != "regression" and "head_learning_rate" not in type(self).recommended.get("training", {}):
+            out["training.head_learning_rate"] = [None, 1e-2]
+        return out
+
     def check_encoder(self, env: Environment) -> None:
         """A bi-encoder needs text pairs, a score or two labels, and a kernel that applies ``Head.model``."""
         if self.encoder() == "cross":

@@ -13,6 +13,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ["KINJECT_PROGRESS"] = "0"
+os.environ["KINJECT_CHOOSE"] = "0"  # no cross-validated choice before every small test run (tests/test_choose.py has it)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("COLUMNS", None)  # pytest-xdist workers inherit a terminal width; tables must not fold in tests
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one compute thread per worker (and its subprocesses): no oversubscription

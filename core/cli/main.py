@@ -115,14 +115,45 @@ def _dry_run(run_ctx) -> None:
     console.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False, highlight=False)
     console.print(f"data: {engine.describe_data(run_ctx)}", markup=False)
     runs = [(name, member) for name, member, _ in run_ctx.members if member is not None] or [("", run_ctx)]
+    total, unknown = 0.0, []
     for prefix, run in runs:
         for line in engine.describe_training(run):
             console.print(f"trains on: {line}", markup=False, highlight=False, soft_wrap=True)
         for planned in engine.plan(run):
             label = f"{prefix}/{planned.stage.name}" if prefix else planned.stage.name
+            estimate = ""
+            if not planned.cached:
+                seconds = _past_seconds(run.env.cache_dir, planned.stage.name)
+                if seconds is None:
+                    unknown.append(label)
+                else:
+                    total += seconds
+                    estimate = f" (~{_duration(seconds)}: the median of this machine's earlier runs of it)"
             state = "[green]cache hit[/]" if planned.cached else \
-                f"miss: {escape(engine.explain_miss(planned, run.env.cache_dir))}"
+                f"miss{estimate}: {escape(engine.explain_miss(planned, run.env.cache_dir))}"
             console.print(f"stage {escape(label):<24} {planned.key[:12]}  {state}", soft_wrap=True)
+    console.print(f"estimated time: ~{_duration(total)} for the stages this machine has run before"
+                  + (f"; no estimate for {', '.join(unknown)} (never run here)" if unknown else ""),
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+def _past_seconds(cache_dir, name: str) -> float | None:
+    """The median seconds of the finished stages named ``name`` in the cache (their stage.json), None if none."""
+    import json
+    import statistics
+
+    found = []
+    for record in sorted(Path(cache_dir, "stages", name).glob("*/stage.json"))[:50]:
+        try:
+            found.append(float(json.loads(record.read_text())["seconds"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return statistics.median(found) if found else None
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else \
+        f"{seconds / 3600:.1f} h"
 
 
 @app.command()
@@ -154,7 +185,14 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
     out = Path(spec.output) if spec.output else engine.default_output(spec)
     command = ["kinject", *sys.argv[1:]] if _ARGV is None else ["kinject", *_ARGV]
     seeds = [spec.seed + i for i in range(repeats)]
+    chosen = None
+    if not dry_run:
+        from kinject.choose import choose
+
+        spec, chosen = choose(spec, lambda line: console.print(line, markup=False, highlight=False))
     runs = [engine.prepare(spec.model_copy(update={"seed": s}), resume=resume, command=command) for s in seeds]
+    for prepared in runs:
+        prepared.chosen = chosen
     engine.check_output(out, runs[0].env)  # a folder a run may replace: before anything runs
     if dry_run:
         _dry_run(runs[0])
@@ -170,6 +208,8 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
         shown = ", ".join(f"{k}={v}" for k, v in first.recommended.items())
         console.print(f"task {spec.task.name}: recommended settings {shown} (set any of them to override; "
                       "--set recommended=false for none)", markup=False, highlight=False)
+    for name, why in first.defaults.items():
+        console.print(f"{name}={why} (set it to override)", markup=False, highlight=False)
     if repeats == 1:
         metrics = engine.execute(first, out)
         if not engine.is_main_process():
@@ -319,8 +359,11 @@ def main(argv: list[str] | None = None) -> None:
     from kinject.errors import Interrupted
 
     _interruptible()
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
     try:
-        app(args=argv, prog_name="kinject")  # standalone: usage errors exit 2 with one message
+        with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # log lines above the progress bars, not in them
+            app(args=argv, prog_name="kinject")  # standalone: usage errors exit 2 with one message
     except Interrupted as exc:  # Ctrl-C / SIGTERM: unwound (locks, temporary folders), checkpoints kept
         if debug:
             raise

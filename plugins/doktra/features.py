@@ -80,7 +80,9 @@ def model_outputs(model, features: list[dict], collator, batch_size: int) -> tup
     model.eval()
     cls_parts, logit_parts = [], []
     with torch.inference_mode():
-        for lo in range(0, len(order), batch_size):
+        from kinject.api import progress
+
+        for lo in progress(range(0, len(order), batch_size), "teacher outputs", unit=" batches"):
             batch = collator([{k: features[i][k] for k in ENCODING_KEYS if k in features[i]}
                               for i in order[lo:lo + batch_size]])
             cls, logits = cls_and_logits(model, {k: v.to(device) for k, v in encoder_inputs(batch).items()})

@@ -195,6 +195,7 @@ def run_local(grid: Grid, cells: list[Cell], workers: int, announce: Callable[[s
                     if read_status(cell).get("state") in ("running", "queued", None):
                         write_status(cell, state="failed", error=result["error"])
                 results.append(_record(result, cell, announce))
+                _eta(results, len(cells), workers, announce)
     except (KeyboardInterrupt, Interrupted) as exc:  # one line for the user; the workers are stopped
         import signal
 
@@ -208,6 +209,16 @@ def run_local(grid: Grid, cells: list[Cell], workers: int, announce: Callable[[s
                           "stopped; run the same grid command again to continue (finished cells are skipped, "
                           "cached stages reused)") from None
     return results
+
+
+def _eta(results: list[dict], total: int, workers: int, announce: Callable[[str], None]) -> None:
+    """After a finished cell: how many are done and, from the cells run so far, about when the rest will be."""
+    seconds = [r["seconds"] for r in results if isinstance(r.get("seconds"), (int, float)) and not r.get("skipped")]
+    left = total - len(results)
+    if left and seconds:
+        eta = sum(seconds) / len(seconds) * left / max(1, workers)
+        announce(f"  {len(results)} of {total} cells finished; about {eta / 60:.0f} min for the {left} left "
+                 f"({workers} at a time)")
 
 
 def _submit_quietly(executor, job: dict):

@@ -233,6 +233,8 @@ def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, ou
     run = api.prepare(build_spec(base))  # data, model, plugins: every user error before any trial
     folds = choose_folds(run, folds, split, announce)
     if folds:
+        announce(f"cost: {trials} trial(s) x {folds} folds = {trials * folds} fine-tuning runs (cached stages shared)")
+    if folds:
         run = api.prepare(build_spec(fold_spec(base, 0, folds)))  # the fold runs' spec must be valid too
     metric = _check_objective(run, metric, split)
     direction = direction or ("maximize" if run.task.greater_is_better(metric) else "minimize")  # the metric's own
@@ -248,7 +250,7 @@ def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, ou
         store = store or open_storage(f"sqlite:///{(output / 'study.db').resolve()}")
         study = open_study(store, name, direction)
         _check_study_folds(study, name, folds)
-    study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials))  # reproducible per invocation
+    study.sampler = sampler_for(space, seed + len(study.trials), announce)  # reproducible per invocation
     queued = retry_failed(study)
     if queued:
         announce(f"retrying {queued} failed trial(s) with their parameters")
@@ -265,6 +267,22 @@ def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, ou
             "split": split, "direction": direction, "folds": folds, "best": best,
             "trials": [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
                         "fold_scores": t.user_attrs.get("fold_scores")} for t in study.trials]}
+
+
+def sampler_for(space: list, seed: int, announce: Callable[[str], None] = print):
+    """Optuna's sampler for a space: a grid (every combination once, in a seeded order) when every field is a list
+    of choices - a categorical space sampled at random repeats some choices and misses others - else TPE."""
+    import optuna
+
+    if space and all(field.choices is not None for field in space):
+        grid = {field.path: list(field.choices) for field in space}
+        size = 1
+        for values in grid.values():
+            size *= len(values)
+        announce(f"every searched field is a list of choices: a grid of {size} combination(s), each tried once "
+                 "(trials beyond that repeat none)")
+        return optuna.samplers.GridSampler(grid, seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
 
 
 def _check_study_folds(study, name: str, folds: int) -> None:

@@ -162,7 +162,9 @@ def pack_to_arrow(texts: Iterable[str], tokenizer, max_length: int, path: Path, 
                 if packer.documents - before != len(chunk) else chunk
             keys.extend(fact_key(text, "", "") for text in kept)
 
-        for text in texts:
+        from kinject.api import progress
+
+        for text in progress(texts, "packing", unit=" texts"):
             chunk.append(text)
             if len(chunk) >= batch:
                 add(chunk)

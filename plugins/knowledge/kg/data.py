@@ -84,7 +84,10 @@ def _intern(source: KnowledgeSource, env: Environment, out: Path, cap: int | Non
     n = 0
     files = {name: open(out / f"{name}.bin", "wb") for name in "hrtw"}
     try:
-        for chunk in intern_triples(source.iter_triples(env), vocab, cap=cap):
+        from kinject.api import progress
+
+        for chunk in progress(intern_triples(source.iter_triples(env), vocab, cap=cap), "KG rows: reading triples",
+                              unit=" chunks"):
             for name, values in zip("hrtw", chunk):
                 values.tofile(files[name])
             n += len(chunk[0])

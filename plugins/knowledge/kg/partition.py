@@ -113,9 +113,16 @@ def metis_parts(graph: EntityGraph, k: int, seed: int = 0) -> np.ndarray:
         raise SpecError(f"-k: need at least 2 parts, got {k}")
     if k > len(graph.entities):
         raise SpecError(f"-k: {k} parts but only {len(graph.entities)} entities")
+    import logging
+    import time
+
     xadj, adjncy = graph.csr()
     options = pymetis.Options(seed=seed)
+    started = time.perf_counter()
+    logging.getLogger("kinject").info("METIS: partitioning %d entities (%d edges) into %d parts ...",
+                                      len(graph.entities), len(adjncy) // 2, k)
     _, parts = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, adjncy), options=options)
+    logging.getLogger("kinject").info("METIS: done in %.1f s", time.perf_counter() - started)
     return np.asarray(parts, dtype=np.int32)
 
 

@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--metric", default="accuracy", choices=["accuracy", "auroc_macro"])
     args = parser.parse_args()
     from kinject.api import MetricRef
-    from kinject.plugins.evidence.compare import pair
+    from kinject.plugins.evidence.comparison import pair
     from kinject.plugins.evidence.metrics import MetricDef, define
 
     rng = np.random.default_rng(0)

@@ -76,4 +76,4 @@ def test_the_held_out_answers_never_reach_the_context(tmp_path, tiny_model):
 def test_context_refuses_token_tasks_with_one_line(capsys, tiny_model, data_dir):
     line = one_line_error(capsys, ["run", "context", "--task", "ncbi-disease", "--model", "tiny",
                                    "--set", f"data_dir={data_dir}"])
-    assert "shift a token task's tags" in line and "ncbi-disease" in line
+    assert "supports sequence classification" in line and "token tagging" in line and "ncbi-disease" in line

@@ -25,7 +25,7 @@ def _sets(per_seed_correct: list[int], n: int = 40) -> dict[int, list[dict]]:
 def test_seeds_that_disagree_put_zero_in_the_interval_the_example_interval_excludes():
     """The arm's seeds score 1, 0, 1 (every example right, none, every) against 0, 0, 0: the examples alone say
     'gain', the seeds do not."""
-    from kinject.plugins.evidence.compare import pair
+    from kinject.plugins.evidence.comparison import pair
 
     base, arm = _sets([0, 0, 0]), _sets([40, 0, 40])
     _, row = pair(_accuracy_def(), base, [arm], n_resamples=2000)
@@ -36,7 +36,7 @@ def test_seeds_that_disagree_put_zero_in_the_interval_the_example_interval_exclu
 
 
 def test_seeds_that_agree_exactly_give_the_example_interval_and_disagreeing_seeds_widen_it():
-    from kinject.plugins.evidence.compare import pair
+    from kinject.plugins.evidence.comparison import pair
 
     same_base, same_arm = _sets([20, 20, 20]), _sets([26, 26, 26])
     _, row = pair(_accuracy_def(), same_base, [same_arm], n_resamples=1000, seed=3)
@@ -49,7 +49,7 @@ def test_seeds_that_agree_exactly_give_the_example_interval_and_disagreeing_seed
 
 
 def test_one_seed_gives_the_example_interval_and_groups_are_resampled_as_units():
-    from kinject.plugins.evidence.compare import pair
+    from kinject.plugins.evidence.comparison import pair
 
     base = {42: classification_records(40, 10)}
     arm = {42: classification_records(40, 30)}

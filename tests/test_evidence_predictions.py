@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from kinject.plugins.evidence.compare import pair
+from kinject.plugins.evidence.comparison import pair
 from kinject.plugins.evidence.metrics import define
 from kinject.interfaces import Environment
 from kinject.tasks.sequence import SequenceClassificationTask, unit_ids

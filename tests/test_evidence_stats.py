@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from kinject.plugins.evidence.compare import pair
+from kinject.plugins.evidence.comparison import pair
 from kinject.plugins.evidence.metrics import define
 from kinject.plugins.evidence.scorers import scorer_for
 from kinject.plugins.evidence.stats import paired_bootstrap, seed_tests

@@ -112,7 +112,7 @@ def test_resubmission_computes_nothing_and_dry_run_shows_the_cache(grid_run, dat
 
 
 def test_leaderboard_equals_kinject_compare(grid_run, data, tmp_path):
-    from kinject.plugins.evidence.compare import comparison_table
+    from kinject.plugins.evidence.comparison import comparison_table
 
     copy = tmp_path / "copy"
     shutil.copytree(grid_run["out"], copy)

@@ -113,7 +113,7 @@ def test_validate_resolves_the_kg_and_stages_name_their_inputs_in_their_configs(
         assert not [m for m in code[name] if any(t in m for t in tools)], name
     assert not [m for name in ("kimera-retrain", "kimera-mask-random") for m in code[name] if "kimera.search" in m]
     assert stages["kimera-search-report"].inputs == ("kimera-mask-hard",)
-    assert "kinject.plugins.evidence.compare" in code["kimera-search-report"]
+    assert "kinject.plugins.evidence.comparison" in code["kimera-search-report"]
 
 
 def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):

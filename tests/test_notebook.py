@@ -1,4 +1,4 @@
-"""From Python: `kinject.run(...)` is `kinject run` in one call; `kinject.plugins.evidence.compare` is `kinject compare`;
+"""From Python: `kinject.run(...)` is `kinject run` in one call; `kinject.plugins.evidence.comparison` is `kinject compare`;
 every name the docs import exists."""
 
 from __future__ import annotations

@@ -80,8 +80,8 @@ def test_patience_stops_training_and_last_keeps_the_final_weights(tmp_path, tiny
 
 def test_a_run_records_its_selection_and_last_differs_in_key(tmp_path, textcls_dir, tiny_model):
     args = ["run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
-            "--set", "training.epochs=2", "--set", "training.batch_size=8"]
-    assert kinject(*args, "-o", str(tmp_path / "best")) == 0
+            "--set", "training.epochs=2", "--set", "training.batch_size=8"]  # (16 dev examples: best only when asked)
+    assert kinject(*args, "--set", "training.selection=best", "-o", str(tmp_path / "best")) == 0
     selection = json.loads((tmp_path / "best" / "metrics.json").read_text())["train"]["selection"]
     assert selection["metric"] == "accuracy" and selection["evaluations"] == 2 and selection["every"] == "epoch"
     assert kinject(*args, "--set", "training.selection=last", "-o", str(tmp_path / "last")) == 0
@@ -162,7 +162,7 @@ def test_the_evaluation_reuses_the_selected_model_s_dev_logits_and_they_equal_a_
     out, cache = tmp_path / "run", tmp_path / "cache"
     assert kinject("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
                    "--set", "training.epochs=2", "--set", "training.batch_size=8", "--cache-dir", str(cache),
-                   "-o", str(out)) == 0
+                   "--set", "training.selection=best", "-o", str(out)) == 0
     finetune = next((cache / "stages" / "finetune").glob("*/stage.json")).parent
     evaluate = next((cache / "stages" / "evaluate").glob("*/stage.json"))
     from kinject.plugins.training import EvaluateConfig

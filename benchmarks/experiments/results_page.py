@@ -62,7 +62,7 @@ def seed_reading(page: str, of: str) -> str:
     from scipy import stats
 
     from kinject.plugins.evidence.bootstrap import verdict
-    from kinject.plugins.evidence.compare import FEW_SEEDS, metric_direction
+    from kinject.plugins.evidence.comparison import FEW_SEEDS, metric_direction
     from kinject.plugins.evidence.render import TableBlock, to_markdown
 
     found = re.search(rf"<!-- generated:{re.escape(of)} -->\n(.*?)<!-- /generated:{re.escape(of)} -->", page, re.S)

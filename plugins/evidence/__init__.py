@@ -2,7 +2,7 @@
 per-seed tests, reports, sweeps and grids. docs/evidence.md says what the numbers mean.
 
 Its front door: import what a plugin, a notebook or a script uses from here (``from kinject.plugins.evidence import
-compare_prediction_files``); the modules behind it (``compare``, ``bootstrap``, ``stats``, ``scorers``, ``metrics``,
+compare_prediction_files``); the modules behind it (``comparison``, ``bootstrap``, ``stats``, ``scorers``, ``metrics``,
 ``report``/``render``, ``sweep``/``study``, ``grid*``, ``stage``, ``cli``) are internal. Names are imported on first
 use, so importing the package imports none of them; in a stage's key a name counts as its defining module.
 """
@@ -14,7 +14,7 @@ __kinject_facade__ = True
 import importlib
 
 _EXPORTS = {  # name -> the module defining it
-    ".compare": ("compare", "compare_prediction_files", "compare_runs", "comparison_table", "pair",
+    ".comparison": ("compare", "compare_prediction_files", "compare_runs", "comparison_table", "pair",
                  "print_comparison"),
     ".bootstrap": ("bootstrap_intervals", "two_way_bootstrap", "verdict"),
     ".stats": ("paired_bootstrap", "seed_tests"),

@@ -36,7 +36,7 @@ def compare(runs: List[str] = typer.Argument(..., help="Run directories, --repea
             debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Compare runs on the same examples: metric, difference to the baseline, bootstrap CI, per-seed tests."""
     from kinject.api import KinjectError
-    from kinject.plugins.evidence.compare import compare_runs, print_comparison
+    from kinject.plugins.evidence.comparison import compare_runs, print_comparison
     from kinject.plugins.evidence.runs import find_runs
 
     if method.lower() not in ("percentile", "basic", "bca"):

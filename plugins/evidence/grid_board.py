@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from kinject.api import KinjectError
-from kinject.plugins.evidence.compare import compare_runs, default_metric
+from kinject.plugins.evidence.comparison import compare_runs, default_metric
 from kinject.plugins.evidence.grid import Cell, Grid
 from kinject.plugins.evidence.grid_state import CellState
 from kinject.plugins.evidence.render import Block, Heading, Para, TableBlock, to_html, to_markdown
@@ -143,7 +143,7 @@ def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str,
 
 
 def _cells_text(row: dict) -> list[str]:
-    from kinject.plugins.evidence.compare import FEW_SEEDS
+    from kinject.plugins.evidence.comparison import FEW_SEEDS
 
     paired = len(row["paired_seeds"]) if row.get("paired_seeds") else len(row["seeds"])
     seeds = str(len(row["seeds"])) + (f" ({len(row['paired_seeds'])} paired)" if row.get("paired_seeds") else "")

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from kinject.api import KinjectError
-from kinject.plugins.evidence.compare import compare_runs, comparison_table, probe_table, table_notes
+from kinject.plugins.evidence.comparison import compare_runs, comparison_table, probe_table, table_notes
 from kinject.plugins.evidence.papers import figures_for, paper_title
 from kinject.plugins.evidence.render import Block, Code, Details, Heading, Image, Para, TableBlock, to_html, to_markdown
 from kinject.plugins.evidence.runs import RunSet, find_runs

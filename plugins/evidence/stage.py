@@ -1,5 +1,5 @@
 """The paired-comparison stage methods end their plan with: a method against its baseline on the same test
-examples, the difference with a paired bootstrap interval (:mod:`kinject.plugins.evidence.compare`)."""
+examples, the difference with a paired bootstrap interval (:mod:`kinject.plugins.evidence.comparison`)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class CompareConfig(StageConfig):
 
 
 def compare_body(cfg: CompareConfig, ctx: StageContext) -> None:
-    from .compare import compare_prediction_files
+    from .comparison import compare_prediction_files
 
     files = [ctx.inputs[name] / "predictions" / f"{cfg.split}.jsonl" for name in (cfg.baseline, cfg.other)]
     if not all(f.exists() for f in files):

@@ -1,0 +1,65 @@
+"""Defaults that learn on a new task (kinject.choose): a small train split chooses the task's alternatives by
+cross-validation on it; a dev split too small to rank keeps the last weights; a classifier gets a head rate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers import run_kinject as kinject
+
+
+@pytest.mark.slow
+def test_a_small_pair_set_chooses_its_encoder_by_cross_validation_on_train(tmp_path, tiny_model, capsys):
+    out = tmp_path / "run"
+    args = ["run", "finetune", "--task", "biosses", "--set", "task.dataset=hpo", "--model", "tiny", "--set",
+            "choose=true", "--set", "training.min_steps=6", "--set", "knowledge_probe=false",
+            "--cache-dir", str(tmp_path / "cache")]
+    capsys.readouterr()
+    assert kinject(*args, "-o", str(out)) == 0
+    printed = capsys.readouterr().out
+    assert "64 examples (< 1000): choosing task.encoder among 2 alternative(s) by 5-fold" in " ".join(printed.split())
+    info = json.loads((out / "run.json").read_text())
+    chosen = info["chosen"]
+    assert set(chosen["chosen"]) == {"task.encoder"} and len(chosen["scores"]) == 2
+    best = max(chosen["scores"], key=lambda s: s["pearson"])["settings"]
+    assert chosen["chosen"] == best and info["spec"]["task"]["encoder"] == best["task.encoder"]
+    assert info["defaults"]["training.selection"].startswith("last: the dev split has 16 units")
+    # cached: a second run chooses at once, the same way; an explicit setting is never overridden
+    assert kinject(*args, "-o", str(tmp_path / "again")) == 0
+    assert "cross-validation" in capsys.readouterr().out
+    assert json.loads((tmp_path / "again" / "run.json").read_text())["chosen"] == chosen
+    assert kinject(*args, "--set", "task.encoder=cross", "-o", str(tmp_path / "mine")) == 0
+    assert json.loads((tmp_path / "mine" / "run.json").read_text())["chosen"] is None
+
+
+def test_rules_fill_what_nobody_set_and_say_why(tmp_path, textcls_dir, tiny_model):
+    from kinject.api import build_spec, prepare
+
+    base = {"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
+            "cache_dir": str(tmp_path / "cache")}
+    run = prepare(build_spec(base))  # 16 dev examples, a classifier without a recommended head rate
+    assert run.spec.training.selection == "last" and "16 units" in run.defaults["training.selection"]
+    assert run.spec.training.head_learning_rate == pytest.approx(1e-2)
+    mine = prepare(build_spec({**base, "training": {"selection": "best", "head_learning_rate": 1e-3}}))
+    assert mine.defaults == {} and mine.spec.training.selection == "best"
+    assert mine.spec.training.head_learning_rate == 1e-3
+
+
+def test_an_all_categorical_sweep_space_is_a_grid(tmp_path):
+    from kinject.plugins.evidence.study import sampler_for
+    from kinject.plugins.evidence.sweep import load_space
+
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text("task.encoder: [cross, bi, bi-frozen]\ntraining.learning_rate: [1.0e-5, 5.0e-5]\n")
+    space = load_space(space_file)
+    said = []
+    import optuna
+
+    sampler = sampler_for(space, 0, said.append)
+    assert isinstance(sampler, optuna.samplers.GridSampler) and "a grid of 6 combination(s)" in said[0]
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(lambda t: float(len(t.suggest_categorical("task.encoder", ["cross", "bi", "bi-frozen"]))
+                                   + t.suggest_categorical("training.learning_rate", [1e-5, 5e-5])), n_trials=6)
+    assert len({tuple(sorted(t.params.items())) for t in study.trials}) == 6  # every combination, none twice

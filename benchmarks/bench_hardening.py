@@ -74,7 +74,7 @@ def main() -> None:
 
     data = write_textcls(work / "textcls", n_train=200, n_eval=200)
     out = work / "run"
-    base = [*run, f"task.path={data}", "--set", "training.epochs=1", "--set", "knowledge_probe=false"]
+    base = [*run, f"task.path={data}", "--set", "training.epochs=1", "--set", "hooks.knowledge-probe.enabled=false"]
     kinject([*base, "-o", str(out)], env)
     _, _, cached = kinject([*base, "-o", str(work / "again")], env)
     _, _, evaluated = kinject(["eval", str(out / "model"), "--task", "textcls", "--set", f"task.path={data}"], env)

@@ -4,7 +4,6 @@ Importing ``kinject`` is cheap: no torch, no transformers. Heavy modules are imp
 """
 
 __version__ = "0.1.0"
-__kinject_fingerprint__ = False  # the version string
 
 __all__ = ["__version__", "run"]
 

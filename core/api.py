@@ -1,51 +1,57 @@
-"""kinject's public API: everything a plugin needs - a strategy, task, knowledge source, evaluator, command or
-hook - from one import (docs/plugins.md). Plugins import the kernel through this module only; what is not here
-is internal and may change. The shared fine-tune and evaluate stages are built on it by the training library
-(:mod:`kinject.plugins.training`), the knowledge-graph and masked-LM builders by :mod:`kinject.plugins.knowledge`.
+"""kinject's public API: what a plugin author is promised - the interfaces a strategy, task, knowledge source,
+evaluator, command or hook implements, the stage contract, and the builders a plugin calls - from one import
+(docs/plugins.md lists every name). Plugins import the kernel through this module only; what is not here is
+internal and may change. The shared fine-tune and evaluate stages are built on it by the training library
+(:mod:`kinject.plugins.training`), the knowledge-graph and masked-LM builders by :mod:`kinject.plugins.knowledge`,
+comparisons by :mod:`kinject.plugins.evidence`.
 
-A stage's cache key covers the code it runs, found through its imports; names imported from here count as
-imports of the module that defines them (``__kinject_facade__``), so importing this facade does not widen a key.
+A front door: names are imported from their defining module on first use (``from kinject.api import Stage`` loads
+the interfaces, not the engine), and a stage's cache key counts a name imported from here as an import of the
+module that defines it (:data:`kinject.fingerprint.FRONT_DOORS`).
 """
 
 from __future__ import annotations
 
-__kinject_facade__ = True
+from kinject.frontdoor import lazy_exports
 
-from kinject import __version__
-
-# -- the interfaces a plugin implements ---------------------------------------------------------------- #
-from kinject.interfaces import (RUN_METRICS_FILE, Component, Environment, Evaluator, Head, KnowledgeSource, MetricRef, PluginConfig,
-                                Stage, StageConfig, StageContext, Strategy, Task, TaskGroup, Triple)
-# -- what a stage config holds (its key) --------------------------------------------------------------- #
-from kinject.fingerprint import NOT_KEYED, stable_hash
-from kinject.refs import (HoldOutRef, InputTransform, ModelRef, SourceRef, TaskRef, files_fingerprint,
-                          model_fingerprint)
-from kinject.spec import (FILE_PATH, KnowledgeSpec, ModelSpec, PeftSpec, PluginRef, RunSpec, TrainingOverrides,
-                          TrainingSpec, validate_plugin_config)
-# -- knowledge on one footing: held-out facts, the dose a stage consumed --------------------------------- #
-from kinject.knowledge import (DOSE_FILE, HeldOutFacts, HeldOutSource, fact_key, fact_keys, facts_digest,
-                               held_out_count, words, write_dose)
-# -- errors (one line, exit 2) ------------------------------------------------------------------------- #
-from kinject.errors import (DataError, DataMissingError, Interrupted, KinjectError, LeaseLost, PluginLoadError,
-                            SpecError, UnknownNameError)
-# -- models ------------------------------------------------------------------------------------------- #
-from kinject.models import (keep_layers, load_encoder, load_tokenizer, masked_mean, native_bf16, offline, resolve_model,
-                            usable_positions)
-# -- data files and the disk -------------------------------------------------------------------------- #
-from kinject.io import (bounded_lines, count_lines, file_digest, first_line, iter_lines, line_cap, open_text, package_folder, plain, progress,
-                        read_csv_columns, read_jsonl, read_tsv, text_field)
-from kinject.files import (FilesystemError, atomic_directory, atomic_file, atomic_write_text, check_weights,
-                           check_writable, weights_problem)
-# -- processes, plugins, hooks ----------------------------------------------------------------------- #
-from kinject.distributed import barrier, is_main_process, rank, world_size
-from kinject.registry import registry
-from kinject.cache import lock_held, make_lock  # cross-process locks of the cache's kind (flock or lease)
-from kinject.hooks import hookimpl, plugin_manager
-from kinject.results import print_metrics, summarize_seeds
-# -- running specs (tools such as the STILT matrix or a grid) -------------------------------------------- #
-from kinject.spec import (apply_overrides, build_spec, default_cache_dir, default_data_dir, format_validation_error,
-                          load_spec_file, load_yaml)
-from kinject.engine import RunContext, execute, plan, prepare, run_folder
-from kinject.planning import check_fence  # a long stage body's check that its lease still holds
-
-__all__ = ["__version__", *(name for name in dir() if not name.startswith("_") and name != "annotations")]
+_EXPORTS = {  # module -> the names it defines that a plugin is promised
+    # the interfaces a plugin implements
+    "kinject.interfaces": ("RUN_METRICS_FILE", "Environment", "Evaluator", "Head", "KnowledgeSource", "MetricRef",
+                           "PluginConfig", "Stage", "StageConfig", "StageContext", "Strategy", "Task", "TaskGroup",
+                           "Triple"),
+    # what a stage config holds (its key)
+    "kinject.fingerprint": ("NOT_KEYED", "stable_hash"),
+    "kinject.refs": ("HoldOutRef", "InputTransform", "ModelRef", "SourceRef", "TaskRef", "files_fingerprint",
+                     "model_fingerprint"),
+    "kinject.spec": ("FILE_PATH", "ModelSpec", "PeftSpec", "PluginRef", "RunSpec", "TrainingOverrides",
+                     "TrainingSpec", "validate_plugin_config",
+                     # running specs (tools such as the STILT matrix, a sweep or a grid)
+                     "apply_overrides", "build_spec", "default_cache_dir", "default_data_dir",
+                     "format_validation_error", "load_spec_file", "load_yaml"),
+    # knowledge on one footing: held-out facts, the dose a stage consumed
+    "kinject.knowledge": ("HeldOutSource", "fact_key", "facts_digest", "held_out_count", "words", "write_dose"),
+    # errors (one line, exit 2; Interrupted: exit 130/143)
+    "kinject.errors": ("DataError", "DataMissingError", "Interrupted", "KinjectError", "PluginLoadError", "SpecError",
+                       "UnknownNameError"),
+    # models
+    "kinject.models": ("keep_layers", "load_encoder", "load_tokenizer", "masked_mean", "offline", "resolve_model",
+                       "usable_positions"),
+    # data files and the disk
+    "kinject.io": ("bounded_lines", "count_lines", "file_digest", "first_line", "iter_lines", "open_text",
+                   "package_folder", "plain", "progress", "read_csv_columns", "read_jsonl", "read_tsv", "text_field"),
+    "kinject.files": ("atomic_directory", "atomic_file", "atomic_write_text", "check_weights", "check_writable",
+                      "weights_problem"),
+    # processes, plugins, hooks
+    "kinject.distributed": ("barrier", "is_main_process", "rank", "world_size"),
+    "kinject.registry": ("registry",),
+    "kinject.cache": ("lock_held", "make_lock"),  # cross-process locks of the cache's kind (flock or lease)
+    "kinject.hooks": ("hookimpl", "plugin_manager"),
+    "kinject.results": ("print_metrics", "summarize_seeds"),
+    "kinject.frontdoor": ("lazy_exports",),  # a library's own front door
+    # running a run
+    "kinject.engine": ("RunContext", "execute", "plan", "prepare", "run_folder"),
+    "kinject.planning": ("check_fence",),  # a long stage body's check that its lease still holds
+}
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)
+__all__ = ["__version__", *__all__]
+__version__ = __import__("kinject").__version__

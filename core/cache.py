@@ -24,7 +24,6 @@ from typing import Any
 
 from kinject.files import HOST, atomic_write_text
 
-__kinject_fingerprint__ = False  # how stages are stored and shared, never what a stage computes
 
 log = logging.getLogger("kinject")
 

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-__kinject_fingerprint__ = False  # chooses settings before stages are planned; their values are keyed
 
 import hashlib
 import itertools
@@ -96,7 +95,7 @@ def choose(spec, announce: Callable[[str], None] = log.info):
                 for i in range(folds):
                     data = apply(spec.model_dump(mode="json", exclude={"output"}), combo)
                     data.update(strategy={"name": "finetune"}, fold=f"{i}/{folds}/0", choose=False,
-                                knowledge_probe=False)
+                                hooks={**data.get("hooks", {}), "knowledge-probe": {"enabled": False}})
                     data["training"] = {**data.get("training", {}), "eval_splits": ["dev"]}
                     fold_run = prepare(type(spec).model_validate(data))
                     metrics = execute(fold_run, Path(scratch) / f"{n}-{i}")

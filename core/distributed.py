@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-__kinject_fingerprint__ = False  # process ranks: computes nothing a stage writes
 
 import os
 

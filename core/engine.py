@@ -34,7 +34,6 @@ from kinject.registry import registry
 from kinject.results import summarize_seeds
 from kinject.spec import RunSpec, default_cache_dir, default_data_dir, resolve_precision, validate_plugin_config
 
-__kinject_fingerprint__ = False  # orchestration: what it does to a stage is covered by planning.CONTRACT
 
 log = logging.getLogger("kinject")
 
@@ -97,6 +96,13 @@ class RunContext:
 
         return SourceRef.of(source, env or self.env).holding_out(self.holdout)
 
+    def hook_settings(self, name: str):
+        """The settings of hook plugin ``name`` (``hooks.<name>`` of the spec, checked by the hook's ``Config``;
+        its defaults when the spec sets none)."""
+        if f"hook:{name}" not in self._refs:
+            self._refs[f"hook:{name}"] = _hook_settings(name, self.spec.hooks.get(name, {}))
+        return self._refs[f"hook:{name}"]
+
     @property
     def knowledge_epochs(self) -> float | None:
         """The knowledge dose the run asks for (``knowledge.epochs``; None: the strategy's own budget)."""
@@ -106,6 +112,23 @@ class RunContext:
         from kinject.hooks import plugin_manager
 
         return plugin_manager().hook
+
+
+def _hook_settings(name: str, options: dict[str, Any]):
+    """A hook plugin's settings validated by its ``Config`` (a PluginConfig the hook module or object declares)."""
+    from kinject.errors import UnknownNameError
+    from kinject.registry import registry
+    from kinject.spec import PluginRef, validate_plugin_config
+
+    try:
+        hook = registry("hooks").get(name)
+    except UnknownNameError as error:
+        raise SpecError(f"hooks.{name}: {error}") from None
+    if getattr(hook, "Config", None) is None:
+        if options:
+            raise SpecError(f"hooks.{name}: hook plugin {name!r} takes no settings")
+        return None
+    return validate_plugin_config(hook, PluginRef(name=name, **options), f"hooks.{name}")
 
 
 # -- resolution and validation ----------------------------------------------------------------- #
@@ -186,6 +209,8 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     model_path = _resolve_model(spec, env)
     run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,
                      resume=resume, command=command, recommended=applied, protocol=protocol)
+    for name in spec.hooks:  # every hook's settings checked before any data is read
+        run.hook_settings(name)
     if isinstance(task, TaskGroup):
         run.members = _prepare_members(run)
         return run
@@ -536,8 +561,10 @@ def _run_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, An
         records = []
         state: dict[str, Any] = {"metrics": {}, "comparison": None, "model": None, "exports": [], "sections": {}}
         for planned, cached, seconds in run_stages(run):
+            config_type = type(planned.stage.config)
             records.append({"name": planned.stage.name, "key": planned.key, "cached": cached,
-                            "seconds": round(seconds, 3), "dir": str(planned.folder)})
+                            "seconds": round(seconds, 3), "dir": str(planned.folder),
+                            "config_type": f"{config_type.__module__}.{config_type.__qualname__}"})
             _collect(planned.folder, planned.stage, state)
         metrics = {**state["metrics"], **{k: v for k, v in state["sections"].items() if k not in state["metrics"]}}
         from kinject.knowledge import combine_doses, dose_line

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__kinject_fingerprint__ = False  # messages only
-
 
 class KinjectError(Exception):
     """An error caused by the user's input (config, data, names). One line, exit code 2."""

@@ -22,7 +22,6 @@ from typing import Callable, Iterator
 
 from kinject.errors import KinjectError
 
-__kinject_fingerprint__ = False  # where and how files are written, never what a stage computes
 
 HOST = socket.gethostname().replace("/", "_") or "localhost"
 _DEBRIS = re.compile(r"^\.(?P<target>.+)\.(?P<what>tmp|old|damaged)-(?:(?P<host>.+)-)?(?P<pid>\d+)-(?P<token>[0-9a-f]{8})$")

@@ -7,12 +7,15 @@
   transitively, the modules they import (import statements found with ``ast``, also inside functions), within
   the same top-level package and ``kinject``. Three things keep it narrow:
 
-  - modules that compute nothing a stage writes declare ``__kinject_fingerprint__ = False`` and are not
-    followed (the engine, cache, registry, CLI, hooks, errors; the contract modules - interfaces, refs, spec -
-    whose behaviour the engine's ``CONTRACT`` constant stands for in every key);
-  - a facade (``__kinject_facade__ = True``, i.e. :mod:`kinject.api`) is never hashed whole: a name imported
-    from it counts as an import of the module that defines it;
+  - modules that compute nothing a stage writes are not followed: they are listed, with the reason, in
+    :data:`NOT_FOLLOWED` (the engine, cache, registry, CLI, hooks, errors; the contract modules - interfaces,
+    refs, spec, knowledge - whose behaviour the engine's ``CONTRACT`` constant stands for in every key);
+  - a front door (:data:`FRONT_DOORS`: :mod:`kinject.api`, :mod:`kinject.tasks` and each library's package) is never hashed whole: a
+    name imported from it counts as an import of the module that defines it;
   - so a plugin's report or plot module is in no training stage's key unless that stage's modules import it.
+
+Both tables are this module's alone: a third party's modules are always followed (a key that is too wide costs a
+re-run, one that is too narrow returns a stale result).
 """
 
 from __future__ import annotations
@@ -23,18 +26,53 @@ import hashlib
 import importlib.util
 import json
 import os
-import re
 from typing import Any, Callable
 
 from pydantic import BaseModel
 
-__kinject_fingerprint__ = False  # how keys are made: covered by planning.CONTRACT
 
 #: ``Field(..., json_schema_extra=NOT_KEYED)``: the field does not affect the output; it stays out of keys.
 NOT_KEYED: dict[str, Any] = {"keyed": False}
 
-_EXEMPT_MARK = re.compile(r"^__kinject_fingerprint__\s*=\s*False", re.M)
-_FACADE_MARK = re.compile(r"^__kinject_facade__\s*=\s*True", re.M)
+#: Modules a stage's key does not follow, and why.
+NOT_FOLLOWED: dict[str, str] = {
+    "kinject": "the version string",
+    "kinject.cache": "how stages are stored and shared, never what a stage computes",
+    "kinject.choose": "chooses settings before stages are planned; their values are keyed",
+    "kinject.cli.listing": "the command line",
+    "kinject.cli.main": "the command line",
+    "kinject.distributed": "process ranks",
+    "kinject.engine": "orchestration: what it does to a stage is covered by planning.CONTRACT",
+    "kinject.errors": "messages only",
+    "kinject.files": "where and how files are written, never what a stage computes",
+    "kinject.fingerprint": "how keys are made: covered by planning.CONTRACT",
+    "kinject.hooks": "observers",
+    "kinject.hooks.default": "observers",
+    "kinject.hooks.specs": "observers",
+    "kinject.interfaces": "contract: what the engine hands a stage is covered by planning.CONTRACT",
+    "kinject.knowledge": "contract: how facts are keyed and held out is covered by planning.CONTRACT",
+    "kinject.notebook": "runs specs as the CLI does",
+    "kinject.planning": "orchestration: what it does to a stage is covered by planning.CONTRACT",
+    "kinject.refs": "contract: refs are keyed as config values, their code by planning.CONTRACT",
+    "kinject.registry": "plugin lookup",
+    "kinject.results": "summaries of finished runs",
+    "kinject.spec": "contract: settings are keyed as config values, their code by planning.CONTRACT",
+    "kinject.worker": "orchestration: runs a body, computes nothing of its own",
+    "kinject.plugins.evidence.cli": "the command line",
+    "kinject.plugins.evidence.forest": "a figure of finished runs",
+    "kinject.plugins.evidence.grid": "orchestration",
+    "kinject.plugins.evidence.grid_board": "reads finished runs",
+    "kinject.plugins.evidence.grid_exec": "orchestration",
+    "kinject.plugins.evidence.grid_state": "orchestration",
+    "kinject.plugins.evidence.study": "orchestration",
+    "kinject.plugins.evidence.sweep": "orchestration",
+    "kinject.plugins.hub.cli": "the command line",
+    "kinject.plugins.training.cli": "the command line",
+}
+#: Front doors (lazy re-exports, :func:`kinject.frontdoor.lazy_exports`): a name imported from one counts as an
+#: import of the module that defines it.
+FRONT_DOORS: frozenset[str] = frozenset({"kinject.api", "kinject.tasks", "kinject.plugins.training",
+                                         "kinject.plugins.knowledge", "kinject.plugins.evidence"})
 
 
 def is_keyed(model: type[BaseModel], name: str) -> bool:
@@ -76,8 +114,8 @@ def _origin(module: str) -> str | None:
 
 @functools.lru_cache(maxsize=4096)
 def _module_facts(origin: str, mtime_ns: int, size: int, module: str,
-                  is_package: bool) -> tuple[str, tuple[tuple[str, tuple[str, ...]], ...], bool, bool]:
-    """(sha256 of the source, imports as (module, names imported from it), exempt?, facade?) of one file."""
+                  is_package: bool) -> tuple[str, tuple[tuple[str, tuple[str, ...]], ...]]:
+    """(sha256 of the source, imports as (module, names imported from it)) of one file."""
     with open(origin, "rb") as handle:
         source = handle.read()
     digest = hashlib.sha256(source).hexdigest()
@@ -95,7 +133,7 @@ def _module_facts(origin: str, mtime_ns: int, size: int, module: str,
             else:
                 prefix = node.module or ""
             imports.append((prefix, tuple(alias.name for alias in node.names if alias.name != "*")))
-    return digest, tuple(imports), bool(_EXEMPT_MARK.search(text)), bool(_FACADE_MARK.search(text))
+    return digest, tuple(imports)
 
 
 def _defined_in(facade: str, name: str) -> str | None:
@@ -119,15 +157,12 @@ def module_hashes(roots: list[str], packages: set[str] | None = None) -> dict[st
         if module in seen or module.split(".")[0] not in packages:
             continue
         origin = _origin(module)
-        if origin is None:  # a name imported from a module (``from a import b``), or not Python source
-            seen[module] = ""
+        if origin is None or module in NOT_FOLLOWED or module in FRONT_DOORS:
+            seen[module] = ""  # None: a name imported from a module (``from a import b``), or not Python source
             continue
         stat = os.stat(origin)
-        digest, imports, exempt, facade = _module_facts(origin, stat.st_mtime_ns, stat.st_size, module,
-                                                        os.path.basename(origin) == "__init__.py")
-        if exempt or facade:
-            seen[module] = ""
-            continue
+        digest, imports = _module_facts(origin, stat.st_mtime_ns, stat.st_size, module,
+                                        os.path.basename(origin) == "__init__.py")
         seen[module] = digest
         for target, names in imports:
             if _is_facade(target):
@@ -139,13 +174,8 @@ def module_hashes(roots: list[str], packages: set[str] | None = None) -> dict[st
     return {name: digest for name, digest in sorted(seen.items()) if digest}
 
 
-@functools.lru_cache(maxsize=None)
 def _is_facade(module: str) -> bool:
-    origin = _origin(module)
-    if origin is None:
-        return False
-    with open(origin, "rb") as handle:
-        return bool(_FACADE_MARK.search(handle.read().decode("utf-8", errors="replace")))
+    return module in FRONT_DOORS
 
 
 def _facade_modules(facade: str) -> list[str]:

@@ -6,7 +6,6 @@ a one-line docstring used by ``kinject list``. Nothing here imports torch.
 
 from __future__ import annotations
 
-__kinject_fingerprint__ = False  # contract: what the engine hands a stage is covered by planning.CONTRACT
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +23,19 @@ class PluginConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True, protected_namespaces=())
 
 
+class _RegisteredName:
+    """A plugin class's ``name`` when it sets none: the name its entry point registers it under."""
+
+    def __get__(self, instance: Any, owner: type) -> str:
+        from kinject.registry import registered_name
+
+        return registered_name(owner)
+
+
 class Component:
     """Common base: a name, a config model, a config instance."""
 
-    name: ClassVar[str] = ""
+    name: ClassVar[str] = _RegisteredName()  # type: ignore[assignment]
     Config: ClassVar[type[PluginConfig]] = PluginConfig
 
     def __init__(self, config: PluginConfig | None = None, **overrides: Any):
@@ -443,9 +451,3 @@ class Strategy(Component):
         model, adapter = Path(run_dir) / "model", Path(run_dir) / "peft-adapter"
         files = {path.name: path for path in sorted(model.iterdir())} if model.is_dir() else {}
         return {**files, **({"peft-adapter": adapter} if adapter.is_dir() else {})}  # a peft run's adapter too
-
-    @classmethod
-    def load_task_model(cls, model_dir: Path, head: Head, attn_implementation: str = "sdpa"):
-        """A task model this strategy saved that ``from_pretrained`` cannot load alone (its config.json names the
-        strategy as ``kinject_strategy``); None: load it the usual way. Used by `kinject eval`."""
-        return None

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-__kinject_fingerprint__ = False  # contract: how facts are keyed and held out is covered by planning.CONTRACT
 
 import hashlib
 import json

@@ -4,7 +4,6 @@ the standard ``logging`` logger ``kinject`` (``logging.basicConfig(level=logging
 
 from __future__ import annotations
 
-__kinject_fingerprint__ = False  # runs specs as the CLI does; computes nothing a stage writes
 
 from pathlib import Path
 from typing import Any

@@ -31,7 +31,6 @@ from kinject.interfaces import Stage, StageContext
 if TYPE_CHECKING:  # pragma: no cover
     from kinject.engine import RunContext
 
-__kinject_fingerprint__ = False  # orchestration: what it does to a stage is covered by CONTRACT
 
 log = logging.getLogger("kinject")
 

@@ -8,7 +8,6 @@ can read is in its config - and in its cache key.
 
 from __future__ import annotations
 
-__kinject_fingerprint__ = False  # contract: refs are keyed as config values, their code by planning.CONTRACT
 
 import hashlib
 from pathlib import Path

@@ -23,7 +23,6 @@ from typing import Any
 
 from kinject.errors import PluginLoadError, UnknownNameError
 
-__kinject_fingerprint__ = False  # plugin lookup: computes nothing a stage writes
 
 GROUPS: dict[str, str] = {
     "strategies": "kinject.strategies",
@@ -171,6 +170,7 @@ class Registry:
         with self._lock:
             self._eps = None
             self._loaded.clear()
+            _NAMES.clear()
 
     def names(self) -> list[str]:
         return sorted(set(self._entry_points()) | set(self._extra))
@@ -180,6 +180,7 @@ class Registry:
         with self._lock:
             self._extra[name] = obj
             self._loaded.pop(name, None)
+            _NAMES.clear()
 
     def info(self, name: str) -> PluginInfo:
         if name in self._extra:
@@ -228,12 +229,18 @@ class Registry:
                 base = _load_ref(BASE_CLASSES[self.kind])
                 if not (isinstance(obj, type) and issubclass(obj, base)):
                     raise PluginLoadError(f"{SINGULAR[self.kind]} {name!r} ({obj!r}) is not a {base.__name__}")
-                if getattr(obj, "name", None) in (None, "", base.name):
-                    obj.name = name
             elif self.kind == "commands" and not callable(obj):
                 raise PluginLoadError(f"command {name!r} ({obj!r}) is neither a typer app nor a function")
             self._loaded[name] = obj
             return obj
+
+    def name_of(self, cls: type) -> str:
+        """The name ``cls`` is registered under ('' for none): from the entry points' values, loading nothing."""
+        for name, obj in self._extra.items():
+            if obj is cls:
+                return name
+        ref = f"{cls.__module__}:{cls.__qualname__}"
+        return next((name for name, ep in sorted(self._entry_points().items()) if ep.value.strip() == ref), "")
 
     def check(self, name: str) -> str:
         """Import the plugin for real; return '' if it loads, else the error text."""
@@ -253,6 +260,28 @@ def _load_ref(ref: str) -> Any:
 
 
 _REGISTRIES: dict[str, Registry] = {}
+
+
+def registered_name(cls: type) -> str:
+    """``cls.name`` of a plugin class that sets none: the name it (or the nearest registered class it derives from)
+    is registered under, '' when none is. The registry never writes to the classes it returns."""
+    if cls in _NAMES:
+        return _NAMES[cls]
+    _NAMES[cls] = _find_name(cls)
+    return _NAMES[cls]
+
+
+_NAMES: dict[type, str] = {}  # class -> registered name; cleared when a registry changes
+
+
+def _find_name(cls: type) -> str:
+    for klass in cls.__mro__:
+        for kind, base in BASE_CLASSES.items():
+            if base is not None and issubclass(klass, _load_ref(base)):
+                name = registry(kind).name_of(klass)
+                if name:
+                    return name
+    return ""
 
 
 def registry(kind: str) -> Registry:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-__kinject_fingerprint__ = False  # summaries of finished runs: computes nothing a stage writes
 
 import statistics
 from typing import Any, Sequence

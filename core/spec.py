@@ -6,7 +6,6 @@ and reports errors as ``field.path: what is wrong (what is allowed)``.
 
 from __future__ import annotations
 
-__kinject_fingerprint__ = False  # contract: settings are keyed as config values, their code by planning.CONTRACT
 
 import copy
 import os
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kinject.errors import SpecError
 from kinject.fingerprint import NOT_KEYED
@@ -153,42 +152,39 @@ def resolve_precision(spec: "RunSpec") -> "RunSpec":
     return spec.model_copy(update={"training": training})
 
 
-def apply_recommended(spec: "RunSpec", recommended: dict[str, dict[str, Any]]) -> tuple["RunSpec", dict[str, Any]]:
-    """``spec`` with the task's recommended ``model.*`` / ``training.*`` values for the fields the user did
-    not set; returns (spec, {field path: value applied})."""
-    if not spec.recommended or not recommended:
-        return spec, {}
+def apply_preset(spec: "RunSpec", preset: dict[str, dict[str, Any]],
+                 count_as_set: bool) -> tuple["RunSpec", dict[str, Any]]:
+    """``spec`` with a preset (``{"strategy"|"model"|"training": {field: value}}``) applied to every field the spec
+    does not set; returns (spec, {field path: value applied}). The one loop behind a task's ``recommended`` values
+    (``count_as_set=False``: a protocol or the user still overrides them) and a strategy's protocols (``True``: the
+    applied fields count as set, so a task's recommended values do not override them)."""
     applied: dict[str, Any] = {}
     update: dict[str, Any] = {}
     for section in ("model", "training"):
         current = getattr(spec, section)
-        values = {k: v for k, v in recommended.get(section, {}).items() if k not in current.model_fields_set}
+        values = {k: v for k, v in preset.get(section, {}).items() if k not in current.model_fields_set}
         if values:
             update[section] = type(current).model_validate({**current.model_dump(), **values})
-            update[section].__pydantic_fields_set__ = set(current.model_fields_set)
-            applied.update({f"{section}.{k}": v for k, v in values.items()})
-    return (spec.model_copy(update=update) if update else spec), applied
-
-
-def apply_protocol(spec: "RunSpec", presets: dict[str, dict[str, Any]]) -> tuple["RunSpec", dict[str, Any]]:
-    """``spec`` with a strategy's protocol preset (``{"strategy"|"model"|"training": {field: value}}``) applied to
-    every field the spec does not set; the applied fields count as set (a task's recommended values do not
-    override them). Returns (spec, {field path: value applied})."""
-    applied: dict[str, Any] = {}
-    update: dict[str, Any] = {}
-    for section in ("model", "training"):
-        current = getattr(spec, section)
-        values = {k: v for k, v in presets.get(section, {}).items() if k not in current.model_fields_set}
-        if values:
-            update[section] = type(current).model_validate({**current.model_dump(), **values})
-            update[section].__pydantic_fields_set__ = set(current.model_fields_set) | set(values)
+            update[section].__pydantic_fields_set__ = set(current.model_fields_set) | (set(values) if count_as_set
+                                                                                        else set())
             applied.update({f"{section}.{k}": v for k, v in values.items()})
     options = spec.strategy.options()
-    values = {k: v for k, v in presets.get("strategy", {}).items() if k not in options}
+    values = {k: v for k, v in preset.get("strategy", {}).items() if k not in options}
     if values:
         update["strategy"] = PluginRef(name=spec.strategy.name, **options, **values)
         applied.update({f"strategy.{k}": v for k, v in values.items()})
     return (spec.model_copy(update=update) if update else spec), applied
+
+
+def apply_recommended(spec: "RunSpec", recommended: dict[str, dict[str, Any]]) -> tuple["RunSpec", dict[str, Any]]:
+    """``spec`` with the task's recommended values for the fields the user did not set (none when the spec turns
+    ``recommended`` off)."""
+    return apply_preset(spec, recommended, count_as_set=False) if spec.recommended and recommended else (spec, {})
+
+
+def apply_protocol(spec: "RunSpec", presets: dict[str, dict[str, Any]]) -> tuple["RunSpec", dict[str, Any]]:
+    """``spec`` with a strategy's protocol preset applied; the applied fields count as set."""
+    return apply_preset(spec, presets, count_as_set=True)
 
 
 class PluginRef(BaseModel):
@@ -217,14 +213,22 @@ class KnowledgeSpec(StrictModel):
         "answers (memorisation). A task that declares no facts holds nothing out.")
     exclude_file: str | None = Field(None, description="A file of further facts to hold out of every source "
                                      "(head<TAB>relation<TAB>tail a line).", json_schema_extra={"path": True})
-    probe_source: PluginRef | None = Field(None, description="The graph the knowledge probe asks about (a triples "
-                                           "source, e.g. {name: hpo, include: [isa]}). Unset: the run's first triples "
-                                           "source, else the HPO is-a graph; `kinject grid` gives every arm of a task "
-                                           "the graph its knowledge arms inject, so all are probed on the same facts.")
 
 
 class RunSpec(StrictModel):
     """One run: model, task, strategy, knowledge sources, training settings, seed, output."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        """Settings that moved into a plugin's own config: one line saying where."""
+        if isinstance(data, dict):
+            if "knowledge_probe" in data:
+                raise ValueError("knowledge_probe is now hooks.knowledge-probe.enabled (the probe plugin's setting)")
+            if isinstance(data.get("knowledge"), dict) and "probe_source" in data["knowledge"]:
+                raise ValueError("knowledge.probe_source is now hooks.knowledge-probe.source (the probe plugin's "
+                                 "setting)")
+        return data
 
     model: ModelSpec = Field(default_factory=ModelSpec)
     task: PluginRef | None = Field(None, description="The downstream task (required unless the strategy "
@@ -243,9 +247,9 @@ class RunSpec(StrictModel):
                              "alone); for choosing settings on small training sets without a dev split to spare.")
     knowledge: KnowledgeSpec = Field(default_factory=KnowledgeSpec, description="The knowledge dose and the facts "
                                      "held out of every source.")
-    knowledge_probe: bool = Field(True, description="Add the knowledge probe to the run where a plugin provides one "
-                                  "(kinject.plugins.knowledge: the run's final encoder and the base model scored the "
-                                  "same way on held-out knowledge-graph facts).")
+    hooks: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Settings of hook plugins, by name "
+                                             "(`kinject list`), each checked by the hook's own Config: e.g. "
+                                             "hooks.knowledge-probe.enabled=false leaves the knowledge probe out.")
     choose: bool | None = Field(None, description="On a train split under 1,000 examples, choose the task's "
                                 "alternatives (a pair task's encoder, a classifier's head learning rate) by 5-fold "
                                 "cross-validation on it before the run (kinject.choose; announced, cached, recorded in "
@@ -265,7 +269,9 @@ def format_validation_error(exc: ValidationError, prefix: str = "", model: type[
         if err["type"] == "extra_forbidden" and model is not None:
             allowed = _allowed_fields(model, err["loc"][:-1])
             msg = f"unknown field; allowed: {', '.join(allowed)}" if allowed else "unknown field"
-        parts.append(f"{loc}: {msg}")
+        if err["type"] == "value_error":
+            msg = msg.removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(parts)
 
 

@@ -13,7 +13,6 @@ import json
 import sys
 from pathlib import Path
 
-__kinject_fingerprint__ = False  # orchestration: runs a body, computes nothing of its own
 
 DISTRIBUTED_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                          "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",

@@ -1,1 +1,27 @@
-"""kinject's built-in tasks (registered through the ``kinject.tasks`` entry points)."""
+"""kinject's built-in tasks (registered through the ``kinject.tasks`` entry points), and the task shapes a plugin
+subclasses.
+
+Its front door: a plugin imports a shape or helper from here (``from kinject.tasks import
+SequenceClassificationTask``); the modules behind it are internal. Names are imported on first use; in a stage's
+key a name counts as its defining module. docs/plugins.md lists every name.
+"""
+
+from __future__ import annotations
+
+from kinject.api import lazy_exports
+
+_EXPORTS = {  # name -> the module defining it
+    # shapes to subclass
+    ".sequence": ("PairTaskConfig", "SequenceClassificationTask", "SequenceTaskConfig"),
+    ".token": ("TokenClassificationTask", "TokenTaskConfig"),
+    ".retrieval": ("RetrievalConfig", "RetrievalTask"),
+    # a task's datasets as `kinject data` lists, prepares and downloads them
+    ".catalogue": ("DatasetInfo",),
+    # the Human Phenotype Ontology as terms (shared with the hpo knowledge source)
+    ".hpo_terms": ("HpoTerm", "hpo_data_dir", "iter_terms", "read_terms"),
+    # scoring helpers the evaluators use (and the evidence library's scorers)
+    ".evaluators.calibration": ("expected_calibration_error",),
+    ".evaluators.retrieval": ("relevant_ranks",),
+    ".evaluators.scores": ("softmax",),
+}
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

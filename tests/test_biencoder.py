@@ -249,7 +249,7 @@ def run_pairs(tmp_path, data, name: str, encoder: str, *extra: str) -> Path:
     out = tmp_path / name
     assert kinject("run", "finetune", "--task", "biosses", "--model", "tiny", "--set", "task.dataset=tsv",
                    "--set", f"task.path={data}", "--set", f"task.encoder={encoder}", "--set", "training.max_steps=4",
-                   "--set", "training.batch_size=8", "--set", "knowledge_probe=false", "-o", str(out), *extra) == 0
+                   "--set", "training.batch_size=8", "--set", "hooks.knowledge-probe.enabled=false", "-o", str(out), *extra) == 0
     return out
 
 
@@ -300,7 +300,7 @@ def test_retrieval_bi_encoder_ranks_by_cosine(tmp_path, tiny_model):
         assert kinject("run", "finetune", "--task", "capr", "--model", "tiny", "--set", "task.dataset=jsonl",
                        "--set", f"task.path={data}", "--set", f"task.encoder={encoder}", "--set",
                        f"task.bi_loss={loss}", "--set", "training.max_steps=3", "--set", "training.batch_size=8",
-                       "--set", "knowledge_probe=false", "-o", str(out)) == 0
+                       "--set", "hooks.knowledge-probe.enabled=false", "-o", str(out)) == 0
         runs[(encoder, loss)] = out
         metrics = json.loads((out / "metrics.json").read_text())["test"]
         assert metrics["queries"] == 6 and 0 <= metrics["mrr"] <= 1

@@ -14,7 +14,7 @@ from helpers import run_kinject as kinject
 def test_a_small_pair_set_chooses_its_encoder_by_cross_validation_on_train(tmp_path, tiny_model, capsys):
     out = tmp_path / "run"
     args = ["run", "finetune", "--task", "biosses", "--set", "task.dataset=hpo", "--model", "tiny", "--set",
-            "choose=true", "--set", "training.min_steps=6", "--set", "knowledge_probe=false",
+            "choose=true", "--set", "training.min_steps=6", "--set", "hooks.knowledge-probe.enabled=false",
             "--cache-dir", str(tmp_path / "cache")]
     capsys.readouterr()
     assert kinject(*args, "-o", str(out)) == 0

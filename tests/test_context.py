@@ -37,7 +37,7 @@ def test_linking_finds_names_and_synonyms_longest_first_and_verbalises_the_facts
 def test_context_runs_hands_the_facts_to_the_model_and_records_them_per_example(tmp_path, tiny_model):
     out = tmp_path / "ctx"
     assert kinject("run", "context", "--task", "hpo-isa", "--model", "tiny", "--quick", "--set", ISA,
-                   "--set", "knowledge.exclude=[]", "--set", "knowledge_probe=false", "-o", str(out)) == 0
+                   "--set", "knowledge.exclude=[]", "--set", "hooks.knowledge-probe.enabled=false", "-o", str(out)) == 0
     records = [json.loads(line) for line in (out / "predictions" / "test.jsonl").read_text().splitlines()]
     assert records and all("context" in r for r in records)
     # with nothing held out the graph holds the answer: a positive pair's context states "child is a parent"
@@ -57,7 +57,7 @@ def test_the_held_out_answers_never_reach_the_context(tmp_path, tiny_model):
 
     out = tmp_path / "ctx"
     assert kinject("run", "context", "--task", "hpo-isa", "--model", "tiny", "--quick", "--set", ISA,
-                   "--set", "knowledge_probe=false", "-o", str(out)) == 0  # default: dev and test facts held out
+                   "--set", "hooks.knowledge-probe.enabled=false", "-o", str(out)) == 0  # default: dev and test facts held out
     held = 0
     from kinject.api import Environment, registry
 

@@ -32,7 +32,7 @@ def test_fold_spec_scores_only_the_fold_and_trains_the_whole_budget():
 
     base = {"task": {"name": "textcls"}, "training": {"selection": "best", "patience": 2, "eval_splits": ["test"]}}
     data = fold_spec(base, 1, 4)
-    assert data["fold"] == "1/4" and data["knowledge_probe"] is False
+    assert data["fold"] == "1/4" and data["hooks"]["knowledge-probe"]["enabled"] is False
     assert data["training"] == {"selection": "last", "patience": None, "eval_splits": ["dev"], "select_every": None}
     assert base["training"]["selection"] == "best" and "fold" not in base  # the plain spec is left alone
 

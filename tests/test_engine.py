@@ -220,7 +220,7 @@ def test_memory_is_given_back_after_each_computed_stage_not_after_a_hit(tmp_path
     released = []
     real = planning.release_memory
     monkeypatch.setattr(planning, "release_memory", lambda: released.append(real()))
-    assert kinject(*run_args(textcls_dir, tmp_path / "a", "--set", "knowledge_probe=false")) == 0
+    assert kinject(*run_args(textcls_dir, tmp_path / "a", "--set", "hooks.knowledge-probe.enabled=false")) == 0
     assert len(released) == len(stages(tmp_path / "a")) == 2  # finetune, evaluate
-    assert kinject(*run_args(textcls_dir, tmp_path / "b", "--set", "knowledge_probe=false")) == 0
+    assert kinject(*run_args(textcls_dir, tmp_path / "b", "--set", "hooks.knowledge-probe.enabled=false")) == 0
     assert len(released) == 2  # all cache hits: nothing was computed, nothing to give back

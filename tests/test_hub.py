@@ -20,7 +20,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("hub")
     data, kg = write_textcls(root / "data"), write_kg(root / "kg.tsv")
     common = ["--task", "textcls", "--model", "tiny", "--set", f"task.path={data}", "--set", "model.max_length=32",
-              "--set", "training.epochs=1", "--set", "training.batch_size=8", "--set", "knowledge_probe=false",
+              "--set", "training.epochs=1", "--set", "training.batch_size=8", "--set", "hooks.knowledge-probe.enabled=false",
               "--cache-dir", str(root / "cache")]
     assert run_kinject("run", "mop", *common, "--set", f"sources=[{{name: triples, path: {kg}}}]",
                        "--set", "strategy.partitions=3", "--set", "strategy.adapter_epochs=1",
@@ -120,7 +120,7 @@ def test_mop_push_sends_partition_adapters_and_fusion_in_the_adapters_format(run
     from adapters import Fuse
     from transformers import AutoModelForSequenceClassification
 
-    from kinject.plugins.mop.strategy import MopStrategy
+    from kinject.plugins.mop.fusion import load_fused_model
 
     run = runs["mop"]
     assert run_kinject("push", str(run), "--repo-id", "you/mop-textcls") == 0, capsys.readouterr().err
@@ -151,7 +151,7 @@ def test_mop_push_sends_partition_adapters_and_fusion_in_the_adapters_format(run
         model.load_adapter(str(hub_dir / "finetuned-adapters" / part), load_as=part, use_safetensors=True)
     model.load_adapter_fusion(str(hub_dir / "fusion"), use_safetensors=True)
     model.set_active_adapters(Fuse(*parts))
-    reference = MopStrategy.load_task_model(run / "model", None)
+    reference = load_fused_model(run / "model")
     ids = torch.tensor([[2, 7, 8, 9, 10, 3]])
     with torch.no_grad():
         assert torch.allclose(model.eval()(input_ids=ids).logits, reference(input_ids=ids).logits, atol=1e-6)

@@ -4,7 +4,10 @@
 * the kernel (core/ = ``kinject``) imports no task and no plugin;
 * tasks, library plugins and methods reach the kernel only through ``kinject.api``;
 * tasks import no plugin; the training library imports no plugin; another library plugin imports no plugin but
-  the training library; a method imports no other method.
+  the training library; a method imports no other method;
+* a library (and the tasks package) is entered only through its front door: another plugin (and an outside one)
+  imports the names its ``__init__`` exports (``from kinject.plugins.knowledge import build_kg_data``), never its
+  modules.
 
 Every import statement counts (also those inside functions), and so do ``importlib.import_module("...")`` /
 ``__import__("...")`` calls with a literal name."""
@@ -62,6 +65,29 @@ def under(name: str, prefix: str) -> bool:
 
 TRAINING = "kinject.plugins.training"  # the fine-tune and evaluate stages: the library the other libraries build on
 LIBRARIES = (TRAINING, "kinject.plugins.knowledge", "kinject.plugins.evidence")
+DOORS = (*LIBRARIES, "kinject.tasks")  # entered only through their front door by a plugin
+
+
+def front_door_names(root: Path = ROOT) -> dict[str, set[str]]:
+    """Library -> the names its front door exports (the strings of ``_EXPORTS`` in its ``__init__.py``)."""
+    doors = {}
+    for folder, package in package_dirs(root).items():
+        init = root / folder / "__init__.py"
+        if package not in DOORS:
+            continue
+        names = set()
+        for node in ast.walk(ast.parse(init.read_text(encoding="utf-8") if init.exists() else "")):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_EXPORTS" for t in node.targets):
+                names |= {c.value for value in node.value.values for c in ast.walk(value)
+                          if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        doors[package] = names
+    return doors
+
+
+def through_front_door(name: str, doors: dict[str, set[str]]) -> bool:
+    """``name`` is a library itself or a name its front door exports (not one of its modules)."""
+    library, _, rest = name.rpartition(".")
+    return name in doors or (library in doors and rest in doors[library])
 
 
 def layer(package: str) -> str:
@@ -72,8 +98,8 @@ def layer(package: str) -> str:
     return "library" if package in LIBRARIES else "method"
 
 
-def rule_broken(package: str, name: str) -> str | None:
-    """Which rule ``package`` breaks by importing ``name`` (None: allowed)."""
+def rule_broken(package: str, name: str, doors: dict[str, set[str]] | None = None) -> str | None:
+    """Which rule ``package`` breaks by importing ``name`` (None: allowed); ``doors``: :func:`front_door_names`."""
     if not under(name, "kinject") or (package != "kinject" and under(name, package)):
         return None
     plugin = under(name, "kinject.plugins") and name != "kinject.plugins"
@@ -89,17 +115,21 @@ def rule_broken(package: str, name: str) -> str | None:
         return "a library plugin imports no other plugin but the training library"
     if kind == "method" and plugin and not any(under(name, lib) for lib in LIBRARIES):
         return "methods do not import each other"
+    if kind in ("library", "method") and doors is not None and any(under(name, door) for door in DOORS) \
+            and not through_front_door(name, doors):
+        return "a library is entered through its front door"
     return None
 
 
 def violations(root: Path = ROOT) -> list[str]:
     """One line per offending import: file:line, who imports what, which rule it breaks."""
     found, seen = [], set()
+    doors = front_door_names(root)
     for folder, package in package_dirs(root).items():
         for path in sorted((root / folder).rglob("*.py")):
             module, is_package = module_of(path, root / folder, package)
             for line, name in imports(path, module, is_package):
-                broken = rule_broken(package, name)
+                broken = rule_broken(package, name, doors)
                 if broken is None or (path, line) in seen:  # one report per statement
                     continue
                 found.append(f"{path.relative_to(root)}:{line}: {module} imports {name} ({broken})")
@@ -133,11 +163,14 @@ def test_the_checker_reports_each_rule(tmp_path):
     files = {"core/engine.py": "def f():\n    import kinject.tasks.ner\n",
              "core/plugins/__init__.py": "from kinject.plugins import a\n",
              "tasks/ner.py": "from kinject.api import Task\nfrom kinject.plugins.a import x\nfrom kinject import engine\n",
-             "plugins/a/__init__.py": "from . import own\nfrom ..b import helper\nfrom kinject.plugins.knowledge import kg\n",
+             "plugins/a/__init__.py": "from . import own\nfrom ..b import helper\nfrom kinject.plugins.knowledge import kg\n"
+                                      "from kinject.plugins.knowledge import build_kg_data\n",
              "plugins/b/__init__.py": "from kinject.tasks import ner\nfrom kinject.plugins.b import y\n",
              "plugins/knowledge/__init__.py": "from kinject.plugins.evidence import stats\n"
-                                              "from kinject.tasks import x\nfrom kinject.plugins.training import train\n",
-             "plugins/training/__init__.py": "from kinject.tasks import x\nfrom kinject.plugins.knowledge import kg\n"}
+                                              "from kinject.tasks import x\nfrom kinject.plugins.training import train\n"
+                                              "_EXPORTS = {'.kg.data': ('build_kg_data',)}\n",
+             "plugins/training/__init__.py": "from kinject.tasks import x\nfrom kinject.plugins.knowledge import kg\n"
+                                             "_EXPORTS = {'.loop': ('train',)}\n"}
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -148,16 +181,22 @@ def test_the_checker_reports_each_rule(tmp_path):
         "tasks/ner.py:2: kinject.tasks.ner imports kinject.plugins.a",
         "tasks/ner.py:3: kinject.tasks.ner imports kinject.engine",
         "plugins/a/__init__.py:2: kinject.plugins.a imports kinject.plugins.b",
+        "plugins/a/__init__.py:3: kinject.plugins.a imports kinject.plugins.knowledge.kg",
+        "plugins/b/__init__.py:1: kinject.plugins.b imports kinject.tasks.ner",
         "plugins/knowledge/__init__.py:1: kinject.plugins.knowledge imports kinject.plugins.evidence",
+        "plugins/knowledge/__init__.py:2: kinject.plugins.knowledge imports kinject.tasks.x",
+        "plugins/training/__init__.py:1: kinject.plugins.training imports kinject.tasks.x",
         "plugins/training/__init__.py:2: kinject.plugins.training imports kinject.plugins.knowledge"]
 
 
-def test_an_outside_plugin_needs_nothing_but_the_api():
-    """The example third-party plugins import the kernel only through kinject.api."""
+def test_an_outside_plugin_needs_nothing_but_the_front_doors():
+    """The example third-party plugins import the kernel only through kinject.api, a library only through its
+    front door."""
+    doors = front_door_names()
     for path in sorted(p for p in (ROOT / "tests" / "third_party_plugin").rglob("*.py") if "build" not in p.parts):
         for line, name in imports(path, "outside." + path.stem, path.name == "__init__.py"):
             assert not under(name, "kinject") or name in ("kinject", "kinject.api") or under(name, "kinject.api") \
-                or any(under(name, lib) for lib in LIBRARIES), f"{path}:{line}: imports {name}"
+                or through_front_door(name, doors), f"{path}:{line}: imports {name}"
 
 
 def test_import_boundaries():

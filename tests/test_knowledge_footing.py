@@ -15,7 +15,8 @@ HELD = [("gene 00", "causes", "protein 01"), ("protein 01", "treats", "cell 02")
 
 
 def test_held_out_facts_match_name_pairs_either_way_and_texts_that_name_both():
-    from kinject.api import HeldOutFacts, fact_key
+    from kinject.api import fact_key
+    from kinject.knowledge import HeldOutFacts
 
     facts = HeldOutFacts([("Seizure", "is a", "Abnormality of the nervous system")])
     assert facts.blocks_triple("seizure", "Abnormality of the Nervous System")
@@ -111,7 +112,7 @@ def test_a_held_out_fact_never_reaches_kimera_rows_mop_partitions_or_a_pretraini
                       "".join(f"gene 0{i} causes cell 1{i} in tumor tissue.\n" for i in range(40)))
     held_keys = {fact_key(*f) for f in HELD}
     common = ["--task", "textcls", "--set", f"task.path={textcls_dir}", "--model", "tiny", "--quick",
-              "--set", f"knowledge.exclude_file={held}", "--set", "knowledge_probe=false"]
+              "--set", f"knowledge.exclude_file={held}", "--set", "hooks.knowledge-probe.enabled=false"]
     cases = {"kimera": ["--set", f"sources=[{{name: triples, path: {kg}}}]", "--set", "strategy.variant=no-mask",
                         "--set", "knowledge.epochs=2"],
              "mop": ["--set", f"sources=[{{name: triples, path: {kg}}}]", "--set", "knowledge.epochs=2"],
@@ -149,7 +150,7 @@ def test_the_dose_counts_what_the_steps_consumed(tmp_path, textcls_dir, tiny_mod
         assert kinject("run", "kimera", "--task", "textcls", "--set", f"task.path={textcls_dir}", "--model", "tiny",
                        "--quick", "--set", f"sources=[{{name: triples, path: {kg}}}]", "--set",
                        "strategy.variant=no-mask", "--set", f"strategy.kg_steps={steps}", "--set",
-                       "strategy.kg_batch_size=4", "--set", "knowledge_probe=false", "-o", str(out)) == 0
+                       "strategy.kg_batch_size=4", "--set", "hooks.knowledge-probe.enabled=false", "-o", str(out)) == 0
         doses[len(doses)] = json.loads((out / "metrics.json").read_text())["dose"]
     short, again, longer = doses[0], doses[1], doses[2]
     assert 9 <= short["rows_seen"] <= 12 and 36 < longer["rows_seen"] <= 48  # steps x batch size (a last batch of a
@@ -171,7 +172,7 @@ def test_knowledge_epochs_is_one_setting_a_grid_varies(tmp_path):
     assert sorted(c.system for c in cells) == ["finetune", "kimera-ep0.1", "kimera-ep1.0"]
     assert {c.data.get("knowledge", {}).get("epochs") for c in cells} == {None, 0.1, 1.0}
     # every arm probed on the graph the knowledge arm injects (the baseline included)
-    assert all(c.data["knowledge"]["probe_source"] == {"name": "hpo", "include": ["isa"]} for c in cells)
+    assert all(c.data["hooks"]["knowledge-probe"]["source"] == {"name": "hpo", "include": ["isa"]} for c in cells)
 
 
 def test_hpo_isa_declares_the_edges_its_items_ask_about_and_the_default_holds_dev_and_test_out(tmp_path, tiny_model):

@@ -336,8 +336,15 @@ def test_kinject_eval_scores_a_saved_mop_model_like_its_own_loader(tiny_model, a
             if "adapter_fusion_layer" in name or "classifier" in name:
                 p.add_(torch.randn_like(p))
     save_fused_model(model, tokenizer, tmp_path / "model", fuse, mix)
-    assert run_kinject("eval", str(tmp_path / "model"), "--task", "textcls", "--set", f"task.path={textcls_dir}",
-                       "--set", "model.max_length=32", "--set", "training.bf16=false", "-o", str(tmp_path / "eval")) == 0
+    evaluate = ["eval", str(tmp_path / "model"), "--task", "textcls", "--set", f"task.path={textcls_dir}",
+                "--set", "model.max_length=32", "--set", "training.bf16=false", "-o", str(tmp_path / "eval")]
+    # alone, the folder does not say how to load it: one line, not scores of the model without its adapters
+    assert run_kinject(*evaluate) == 2 and "holds adapters" in capsys.readouterr().err
+    # in a run folder, run.json names the stage config that scored it, whose load_model is the one route
+    (tmp_path / "run.json").write_text(json.dumps({"stages": [
+        {"name": "mop-finetune", "config_type": "kinject.plugins.mop.fusion.FusionConfig"},
+        {"name": "mop-evaluate", "config_type": "kinject.plugins.mop.fusion.FusedEvaluateConfig"}]}))
+    assert run_kinject(*evaluate) == 0
     task = registry("tasks").get("textcls")(path=str(textcls_dir))
     env = Environment(tmp_path, tmp_path / "cache")
     examples = task.examples("test", env)

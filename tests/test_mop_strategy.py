@@ -196,7 +196,7 @@ def test_shuffle_moves_entities_between_parts_and_keeps_sizes(tmp_path, textcls_
 def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_dir, kg_file):
     from kinject.engine import execute
     from kinject.models import load_tokenizer
-    from kinject.plugins.mop.strategy import MopStrategy
+    from kinject.plugins.mop.fusion import load_fused_model
     from kinject.plugins.training import predict
 
     run = prepared(tmp_path, textcls_dir, kg_file, mixture="moe", top_k=2)
@@ -220,7 +220,7 @@ def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_d
         assert (out / png).stat().st_size > 5000
     # the run's model/ reloads (adapters API + the mixture) to the predictions the run scored
     task = run.task
-    model = MopStrategy.load_task_model(out / "model", task.head(run.env))
+    model = load_fused_model(out / "model", task.head(run.env).kind)
     tokenizer = load_tokenizer(str(out / "model"))
     examples = task.examples("test", run.env)
     logits = predict(model, task.featurize(tokenizer, examples, 32, run.env), task.collator(tokenizer), 64,
@@ -452,7 +452,7 @@ def test_the_paper_protocol_sets_the_papers_settings_where_the_run_sets_none(tmp
 @pytest.mark.slow
 def test_one_adapter_alone_runs_end_to_end_without_a_mixture(tmp_path, textcls_dir, kg_file):
     from kinject.engine import execute
-    from kinject.plugins.mop.strategy import MopStrategy
+    from kinject.plugins.mop.fusion import load_fused_model
 
     run = prepared(tmp_path, textcls_dir, kg_file, adapters_used=[1])
     metrics = execute(run, tmp_path / "run")
@@ -462,6 +462,6 @@ def test_one_adapter_alone_runs_end_to_end_without_a_mixture(tmp_path, textcls_d
     assert [p["part"] for p in json.loads((out / "partition-adapters.json").read_text())["parts"]] == [1]
     assert not (out / "mixture.json").exists()
     assert json.loads((out / "model" / "config.json").read_text())["mop"]["adapters"] == ["part-1"]
-    model = MopStrategy.load_task_model(out / "model", run.task.head(run.env))
+    model = load_fused_model(out / "model", run.task.head(run.env).kind)
     assert str(model.active_adapters) == "Stack[part-1]"
     assert not any("adapter_fusion_layer" in name for name, _ in model.named_parameters())

@@ -19,14 +19,14 @@ def test_run_from_python_returns_the_metrics_by_split_and_a_table(tmp_path, text
 
     caplog.set_level(logging.INFO, logger="kinject")
     result = kinject.run("finetune", task="textcls", model="tiny", output=tmp_path / "nb",
-                         overrides={"task.path": textcls_dir, "training.max_steps": 4, "knowledge_probe": False})
+                         overrides={"task.path": textcls_dir, "training.max_steps": 4, "hooks": {"knowledge-probe": {"enabled": False}}})
     assert set(result["test"]) == {"accuracy", "f1_macro"} and result.output == tmp_path / "nb"
     assert (tmp_path / "nb" / "run.json").is_file()
     assert "stage finetune" in caplog.text  # the stage lines, through the standard logger
     frame = result.frame()
     assert list(frame.columns) == ["split", "metric", "value"] and len(frame) == 4
     again = kinject.run("finetune", task="textcls", model="tiny", output=tmp_path / "nb2", repeats=2,
-                        overrides={"task.path": textcls_dir, "training.max_steps": 4, "knowledge_probe": False})
+                        overrides={"task.path": textcls_dir, "training.max_steps": 4, "hooks": {"knowledge-probe": {"enabled": False}}})
     assert again["test"]["accuracy"]["n"] == 2 and set(again.frame()["seeds"]) == {2}
     from kinject.plugins.evidence import compare
 

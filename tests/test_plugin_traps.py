@@ -57,7 +57,7 @@ def test_one_file_spelled_relative_or_absolute_makes_the_same_keys(tmp_path, tex
     keys = []
     for path in (textcls_dir.name, f"./{textcls_dir.name}", str(textcls_dir), f"{textcls_dir}/../{textcls_dir.name}"):
         run = prepare(build_spec({"model": {"name": "tiny"}, "task": {"name": "textcls", "path": path},
-                                  "knowledge_probe": False, "cache_dir": str(tmp_path / "cache")}))
+                                  "hooks": {"knowledge-probe": {"enabled": False}}, "cache_dir": str(tmp_path / "cache")}))
         keys.append([p.key for p in plan(run)])
     assert all(k == keys[0] for k in keys)
 

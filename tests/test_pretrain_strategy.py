@@ -95,7 +95,7 @@ def test_stage_plans(tmp_path, tiny_model, textcls_dir):
     assert names(until="corpus") == ["pretrain-corpus"]
     task = {"name": "textcls", "path": str(textcls_dir)}
     data = spec(tmp_path, corpus, task, init="scratch", vocab_size=3000)
-    data["knowledge_probe"] = False  # the strategy's own stages (the probe hook adds its own to a run with a task)
+    data["hooks"] = {"knowledge-probe": {"enabled": False}}  # the strategy's own stages (the probe hook adds its own to a run with a task)
     run = prepare(data)
     assert [s.name for s in run.stages] == [
         "pretrain-corpus", "pretrain-vocab", "pretrain-pack", "pretrain-pack-vocab", "pretrain-head", "pretrain-mlm",

@@ -1,6 +1,6 @@
 """The knowledge probe every run gets (kinject.plugins.knowledge.probe, added by the knowledge library's hook): in
 every built-in strategy's plan, keyed without tools, one cached base-model stage shared by strategies, switched off by
-``knowledge_probe=false``, and shown by `kinject compare` / `kinject report`."""
+``hooks.knowledge-probe.enabled=false``, and shown by `kinject compare` / `kinject report`."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_knowledge_probe_false_leaves_it_out_and_a_run_without_evaluation_gets_n
     spec = {"model": {"name": "tiny", "max_length": 32}, "task": {"name": "textcls", "path": str(textcls_dir)},
             "cache_dir": str(tmp_path / "cache")}
     assert [s.name for s in prepare(build_spec(spec)).stages] == ["finetune", "evaluate", "probe-base", "probe"]
-    off = prepare(build_spec({**spec, "knowledge_probe": False}))
+    off = prepare(build_spec({**spec, "hooks": {"knowledge-probe": {"enabled": False}}}))
     assert [s.name for s in off.stages] == ["finetune", "evaluate"]
     kg = tmp_path / "kg.tsv"
     kg.write_text("gene\tcauses\tdisease\ndrug\ttreatment\tcancer\ncell\tcauses\tcancer\n")

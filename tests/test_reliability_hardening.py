@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def finetune_args(data: Path, *extra: str) -> list[str]:
     return ["run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={data}",
             "--set", "training.epochs=3", "--set", "training.batch_size=8", "--set", "training.save_steps=4",
-            "--set", "training.warmup_ratio=0", "--set", "knowledge_probe=false", *extra]
+            "--set", "training.warmup_ratio=0", "--set", "hooks.knowledge-probe.enabled=false", *extra]
 
 
 def truncate(path: Path, keep: int) -> None:

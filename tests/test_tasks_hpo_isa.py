@@ -78,7 +78,7 @@ def test_a_run_scores_the_pairs_and_writes_predictions(tmp_path, tiny_model):
     out = tmp_path / "run"
     assert kinject("run", "finetune", "--task", "hpo-isa", "--model", "tiny", "--set", "task.train_pairs=16",
                    "--set", "task.dev_pairs=16", "--set", "task.test_pairs=24", "--set", "training.epochs=1",
-                   "--set", "knowledge_probe=false", "--cache-dir", str(tmp_path / "cache"), "-o", str(out)) == 0
+                   "--set", "hooks.knowledge-probe.enabled=false", "--cache-dir", str(tmp_path / "cache"), "-o", str(out)) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["test"]) == {"accuracy", "f1_macro", "auroc_macro"}
     records = [json.loads(line) for line in (out / "predictions" / "test.jsonl").read_text().splitlines()]

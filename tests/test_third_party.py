@@ -83,7 +83,7 @@ def test_a_third_party_kg_to_text_strategy_reuses_the_public_builders(tmp_path, 
                           "--set", f"task.path={textcls_dir}", "--set", "model.max_length=32",
                           "--set", f'sources=[{{"name": "triples", "path": "{kg}"}}]', "--set", "knowledge.epochs=1",
                           "--set", "strategy.head_steps=3", "--set", "training.epochs=1", "--set",
-                          "knowledge_probe=false", "-o", str(tmp_path / "dosed")], env=env, capture_output=True,
+                          "hooks.knowledge-probe.enabled=false", "-o", str(tmp_path / "dosed")], env=env, capture_output=True,
                          text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr[-2000:]
     dosed = json.loads((tmp_path / "dosed" / "metrics.json").read_text())["dose"]  # knowledge.epochs reached it

@@ -7,7 +7,6 @@ import difflib
 from kinject.errors import KinjectError
 from kinject.registry import GROUPS, registry
 
-__kinject_fingerprint__ = False  # the command line
 
 KINDS = list(GROUPS)
 TASK_KINDS = {"sequence": "sequence (classification, pairs, retrieval)", "token": "token (NER, PICO)"}

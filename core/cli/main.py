@@ -16,7 +16,6 @@ from rich.markup import escape
 
 from kinject.registry import BASE_CLASSES, GROUPS, SINGULAR, registry
 
-__kinject_fingerprint__ = False  # the command line: no stage output depends on this module
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Inject domain knowledge into transformer language models, and compare the ways.")

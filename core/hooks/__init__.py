@@ -14,7 +14,6 @@ from kinject.errors import PluginLoadError
 
 from kinject.hooks.specs import HookSpecs, hookimpl, hookspec
 
-__kinject_fingerprint__ = False  # observers: computes nothing a stage writes
 
 PROJECT = "kinject"
 GROUP = "kinject.hooks"

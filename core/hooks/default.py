@@ -6,7 +6,6 @@ import logging
 
 from kinject.hooks.specs import hookimpl
 
-__kinject_fingerprint__ = False  # observers: computes nothing a stage writes
 
 log = logging.getLogger("kinject")
 details = logging.getLogger("kinject.details")  # the run log only: the console shows the metrics once, as a table

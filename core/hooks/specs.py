@@ -7,7 +7,6 @@ from typing import Any
 
 import pluggy
 
-__kinject_fingerprint__ = False  # observers: computes nothing a stage writes
 
 hookspec = pluggy.HookspecMarker("kinject")
 hookimpl = pluggy.HookimplMarker("kinject")

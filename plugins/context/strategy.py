@@ -36,7 +36,7 @@ class ContextStrategy(Strategy):
         return resolve(run, self.config)
 
     def stages(self, run) -> list[Stage]:
-        from kinject.plugins.evidence.stage import compare_stage
+        from kinject.plugins.evidence import compare_stage
 
         stages = context_stages(run, self.config, run.resolved)
         if self.config.baseline:

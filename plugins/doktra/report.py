@@ -83,7 +83,7 @@ def write_report(out: Path, task, env, folders: dict[str, Path], metric: str, bi
     """metrics.json, calibration.json and plots/reliability-<split>.png into ``out``. Per split: the student's
     metrics, ``ece``, the same for the teacher and the fine-tuned student (``teacher/<metric>``,
     ``student_ft/<metric>``) and ``retained/<student|student_ft>`` (% of the teacher's ``metric``)."""
-    from kinject.tasks.evaluators.calibration import expected_calibration_error
+    from kinject.tasks import expected_calibration_error
     from kinject.api import read_jsonl
 
     head = task.head(env)

@@ -47,7 +47,7 @@ class DoktraStrategy(Strategy):
 
     def stages(self, run) -> list[Stage]:
         from kinject.plugins.training import evaluate_stage, finetune_stage
-        from kinject.plugins.evidence.stage import compare_stage
+        from kinject.plugins.evidence import compare_stage
 
         cfg, teacher = self.config, run.resolved
         if cfg.variant == "student-ft":

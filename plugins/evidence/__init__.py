@@ -9,9 +9,7 @@ use, so importing the package imports none of them; in a stage's key a name coun
 
 from __future__ import annotations
 
-__kinject_facade__ = True
-
-import importlib
+from kinject.api import lazy_exports
 
 _EXPORTS = {  # name -> the module defining it
     ".comparison": ("compare", "compare_prediction_files", "compare_runs", "comparison_table", "pair",
@@ -23,18 +21,6 @@ _EXPORTS = {  # name -> the module defining it
     ".stage": ("CompareConfig", "compare_stage"),
     ".study": ("run_sweep",),
     ".grid": ("load_grid",),
+    ".metrics": ("MetricDef", "define", "task_metric_refs"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_MODULE_OF[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

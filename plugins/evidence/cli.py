@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-__kinject_fingerprint__ = False  # the command line: no stage output depends on this module
 
 # redirected to a file (or captured), rich would fold run paths into an 80-column table: keep rows whole
 console = Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=200)

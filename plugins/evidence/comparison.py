@@ -200,7 +200,7 @@ def compare_probes(run_sets: list[RunSet], n_resamples: int = 2000, confidence: 
     out: dict[str, Any] = {"kind": kinds[0] if len(kinds) == 1 else "+".join(kinds) or "unknown", "rows": []}
     if None in digests or len(digests) != 1:
         out["note"] = ("the arms were probed on different facts (or before probes recorded theirs): the probe "
-                       "columns are not comparable between arms; run them with the same knowledge.probe_source "
+                       "columns are not comparable between arms; run them with the same hooks.knowledge-probe.source "
                        "(kinject grid does)")
         return out
     try:

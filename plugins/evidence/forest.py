@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__kinject_fingerprint__ = False  # a figure of finished runs; computes nothing a stage writes
 
 COLOURS = {"gain": "#1b7837", "loss": "#b2182b", "no evidence": "#4d4d4d", "identical predictions": "#9e9e9e"}
 

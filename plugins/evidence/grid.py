@@ -37,7 +37,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kinject.api import KinjectError, SpecError
 
-__kinject_fingerprint__ = False  # orchestration: computes nothing a stage writes
 
 STATE_DIR = "_grid"
 LABEL = re.compile(r"[A-Za-z0-9][\w.+-]*")
@@ -412,7 +411,7 @@ def _cells(grid: Grid, cli: dict[str, Any]) -> list[Cell]:
 
 def _share_probe(cells: list[Cell]) -> None:
     """Every arm of a task probed on the same facts: where a task's knowledge arms inject one graph (their first
-    triples source), the cells that do not name ``knowledge.probe_source`` get that graph as theirs (the baseline,
+    triples source), the cells that do not name ``hooks.knowledge-probe.source`` get that graph as theirs (the baseline,
     a corpus or a default-graph arm included). Several graphs: left alone (compare then says the probes differ)."""
     from kinject.api import registry
 
@@ -432,8 +431,8 @@ def _share_probe(cells: list[Cell]) -> None:
             continue
         shared = json.loads(graphs.pop())
         for cell in mine:
-            if not (cell.data.get("knowledge") or {}).get("probe_source"):
-                cell.data = merge(cell.data, "knowledge.probe_source", shared)
+            if not ((cell.data.get("hooks") or {}).get("knowledge-probe") or {}).get("source"):
+                cell.data = merge(cell.data, "hooks.knowledge-probe.source", shared)
 
 
 def select(cells: list[Cell], patterns: list[str] | None) -> list[Cell]:

@@ -19,7 +19,6 @@ from kinject.plugins.evidence.grid_state import CellState
 from kinject.plugins.evidence.render import Block, Heading, Para, TableBlock, to_html, to_markdown
 from kinject.plugins.evidence.runs import Run, RunSet
 
-__kinject_fingerprint__ = False  # reads finished runs; computes nothing a stage writes
 
 HEADERS = ["system", "strategy", "seeds", "{metric}", "Δ vs {baseline}", "{level} CI (seeds × examples)", "verdict",
            "dose", "probe AUROC", "wall s / cell", "trainable params"]

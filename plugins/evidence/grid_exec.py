@@ -19,7 +19,6 @@ from kinject.api import Interrupted, KinjectError, SpecError
 from kinject.plugins.evidence.grid import Cell, Grid
 from kinject.plugins.evidence.grid_state import is_done, read_status, write_status
 
-__kinject_fingerprint__ = False  # orchestration: computes nothing a stage writes
 
 POLL_S = 0.5
 

@@ -14,8 +14,6 @@ from typing import Any
 
 from kinject.plugins.evidence.grid import Cell
 
-__kinject_fingerprint__ = False  # orchestration: computes nothing a stage writes
-
 
 def read_status(cell: Cell) -> dict:
     try:

@@ -62,7 +62,7 @@ class MeanScorer(Scorer):
                 multi = isinstance(r["gold"], list)
                 rows.append((float(set(r["gold"]) == set(r["pred"]) if multi else r["gold"] == r["pred"]), 1.0))
                 continue
-            from kinject.tasks.evaluators.retrieval import relevant_ranks
+            from kinject.tasks import relevant_ranks
 
             gold = set(r["gold"])
             ranks = relevant_ranks(np.array([pid in gold for pid in r["ranking"]], dtype=bool),
@@ -210,7 +210,7 @@ class PearsonScorer(Scorer):
 
 
 def _probabilities(scores: np.ndarray, inputs: str = "logits") -> np.ndarray:
-    from kinject.tasks.evaluators.scores import softmax
+    from kinject.tasks import softmax
 
     if scores.shape[1] == 1:
         p = scores[:, 0] if inputs == "probabilities" else 1 / (1 + np.exp(-scores[:, 0]))

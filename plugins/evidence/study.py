@@ -16,7 +16,6 @@ from kinject.api import KinjectError, SpecError
 from kinject.plugins.evidence.sweep import (AUTO_FOLDS, AUTO_FOLDS_BELOW, Param, PruningReporter, base_spec_data,
                                             fold_spec, load_space, set_field, validate_space)
 
-__kinject_fingerprint__ = False  # orchestration: computes nothing a stage writes
 
 HEARTBEAT_S, GRACE_S = 60, 180  # a trial whose process died is failed (and retried) after GRACE_S
 

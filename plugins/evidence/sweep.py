@@ -29,7 +29,6 @@ from typing import Any
 
 from kinject.api import KinjectError, SpecError, hookimpl
 
-__kinject_fingerprint__ = False  # orchestration: computes nothing a stage writes
 
 RANGE_KEYS = {"low", "high", "log", "step"}
 AUTO_FOLDS, AUTO_FOLDS_BELOW = 5, 1000  # without --folds/--no-folds: 5-fold CV when train has < 1000 examples
@@ -134,7 +133,7 @@ def fold_spec(data: dict, index: int, folds: int) -> dict:
     No knowledge probe: it does not enter the objective."""
     for path, value in (("fold", f"{index}/{folds}"), ("training.eval_splits", ["dev"]),
                         ("training.selection", "last"), ("training.select_every", None),
-                        ("training.patience", None), ("knowledge_probe", False)):
+                        ("training.patience", None), ("hooks.knowledge-probe.enabled", False)):
         data = set_field(data, path, value)
     return data
 

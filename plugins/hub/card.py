@@ -67,7 +67,7 @@ def task_kind(info: dict, files: dict[str, Path]) -> str:
         return "token"
     try:
         from kinject.api import registry
-        from kinject.tasks.retrieval import RetrievalTask
+        from kinject.tasks import RetrievalTask
 
         if issubclass(registry("tasks").get(info["spec"]["task"]["name"]), RetrievalTask):
             return "retrieval"
@@ -116,7 +116,7 @@ def model_card(run_dir: Path, repo_id: str, files: dict[str, Path]) -> ModelCard
     data = card_data(info, metrics, repo_id, files)
     body = "\n".join(part for part in (
         summary(info, repo_id), setup_section(info), results_section(metrics), comparison_section(metrics),
-        probe_section(probe), usage_section(repo_id, files), files_section(files),
+        probe_section(probe), usage_section(repo_id, files, own_loader(info)), files_section(files),
         reproduce_section(info)) if part)
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
 
@@ -319,14 +319,25 @@ def probe_section(probe: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def usage_section(repo_id: str, files: dict[str, Path]) -> str:
+def own_loader(info: dict) -> str | None:
+    """The strategy whose evaluate stage loads the run's model its own way (``EvaluateConfig.load_model``
+    overridden), None when ``from_pretrained`` loads it."""
+    from kinject.plugins.training import EvaluateConfig, evaluate_config_class
+
+    cls = evaluate_config_class(info)
+    if cls is None or cls.load_model is EvaluateConfig.load_model:
+        return None
+    return (info.get("spec", {}).get("strategy") or {}).get("name") or cls.__qualname__
+
+
+def usage_section(repo_id: str, files: dict[str, Path], loader: str | None = None) -> str:
     config = read_json(files["config.json"]) if "config.json" in files else {}
     lines = ["## How to use\n"]
-    strategy = config.get("kinject_strategy")
-    if strategy:
-        lines.append(f"This task model needs kinject's `{strategy}` strategy to load as it was evaluated "
-                     "(`pip install kinject`, then `kinject eval <downloaded folder> --task ...`, or the strategy's "
-                     "`load_task_model`): `from_pretrained` alone loads the encoder and the head without the rest.\n")
+    if loader:
+        lines.append(f"This task model needs kinject's `{loader}` strategy to load as it was evaluated "
+                     "(`pip install kinject`, then `kinject eval <run folder>/model --task ...`: its evaluate "
+                     "stage's `load_model`): `from_pretrained` alone loads the encoder and the head without the "
+                     "rest.\n")
     elif config:
         arch = next(iter(config.get("architectures") or []), "")
         auto = next((f"AutoModelFor{kind}" for kind in ("TokenClassification", "SequenceClassification")

@@ -8,8 +8,6 @@ from typing import Optional
 
 import typer
 
-__kinject_fingerprint__ = False  # the command line: no stage output depends on this module
-
 
 def push(run: Path = typer.Argument(..., help="A run folder (the one holding run.json)"),
          repo_id: str = typer.Option(..., "--repo-id", help="The Hub repository, e.g. you/kimera-capr"),

@@ -12,11 +12,8 @@ from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, get_token
 from kinject.api import KinjectError
 
 from .card import model_card, read_json
-from .mop import mop_files
 
 CARD = "README.md"
-#: what the hub plugin adds for a strategy that does not override ``Strategy.shared_files`` (strategy name -> files)
-EXTRAS = {"mop": mop_files}
 
 
 @dataclass
@@ -89,8 +86,6 @@ def shared_files(run_dir: Path, info: dict) -> dict[str, Path]:
     name = (info.get("spec", {}).get("strategy") or {}).get("name")
     strategy = registry("strategies").get(name) if name else Strategy
     shared = strategy.shared_files(run_dir, info)
-    if name in EXTRAS and strategy.shared_files.__func__ is Strategy.shared_files.__func__:
-        shared.update(EXTRAS[name](run_dir, info))  # a strategy's own override takes precedence
     files: dict[str, Path] = {}
     for repo_path, local in shared.items():
         local = Path(local)

@@ -2,7 +2,7 @@
 
 Before the KG training data is built, the distinct (head, relation, tail) triples among the first
 ``kg_max_triples`` of the source are split with a seed: ``kg_heldout`` of them are held out, the others (with
-every repeat of them) are the retraining graph. Both parts go through kinject.plugins.knowledge.kg.data.build_kg_data as
+every repeat of them) are the retraining graph. Both parts go through the knowledge library's build_kg_data as
 sources of their own, so the held-out rows are made exactly as the training rows are (triplet negatives: one
 component replaced by the same component of another held-out triple, never a known held-out triple). Each
 part checks its negatives against its own triples only, so :func:`drop_shared_negatives` then removes a
@@ -110,7 +110,7 @@ def build_retraining_data(source: KnowledgeSource, env: Environment, tokenizer, 
     """(training KGData, held-out KGData or None) of the retrain stage: ``kg`` holds the kg_* settings; with
     ``kg_heldout`` the source is split (:func:`split_source`) before either part is built, and the negatives
     shared between the parts are dropped (the counts go into the held-out data's stats)."""
-    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
+    from kinject.plugins.knowledge import KGDataConfig, build_kg_data
 
     def config(kinds: list[str], cap: int | None) -> KGDataConfig:
         return KGDataConfig(tasks=kinds, max_length=kg["kg_max_length"], max_triples=cap, negatives_seed=seed)
@@ -126,11 +126,11 @@ def build_retraining_data(source: KnowledgeSource, env: Environment, tokenizer, 
 
 def score_heldout(model, heldout, train, tasks: list[str], tokenizer, batch_size: int = 64, seed: int = 0) -> dict:
     """Accuracy of the trained relation / triplet heads of ``model`` (multitask.KGMultiTaskModel) on the held-out
-    KG data (kinject.plugins.knowledge.kg.data.KGData), with the levels to beat: ``majority`` (always the most frequent class of the
+    KG data (kinject.plugins.knowledge.KGData), with the levels to beat: ``majority`` (always the most frequent class of the
     training rows) and ``chance`` (1 / classes). A held-out relation the training graph lacks counts as wrong."""
     import torch
 
-    from kinject.plugins.knowledge.kg.batching import KGCollator
+    from kinject.plugins.knowledge import KGCollator
 
     collate = KGCollator(tokenizer)
     device = next(model.parameters()).device

@@ -35,7 +35,7 @@ class Resolved:
 def resolve(run, cfg: KimeraConfig) -> Resolved:
     """Check everything that can fail before any stage runs; return the KG source (the run's, else the embedded
     HPO sample, when the run retrains) and the given mask."""
-    from kinject.plugins.knowledge.default import triples_source
+    from kinject.plugins.knowledge import triples_source
 
     if len(run.sources) > 1:
         raise SpecError("sources: KIMERA retrains on one knowledge graph; merge the graphs into one "

@@ -71,7 +71,7 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     stats["kg"] = data.stats
     consumed, rows_total = stats.pop("_consumed"), stats.pop("_rows_per_epoch")
     if is_main_process():
-        from kinject.plugins.knowledge.kg.data import write_kg_dose
+        from kinject.plugins.knowledge import write_kg_dose
 
         save_model(encoder, tokenizer, ctx.out / "model")
         stats["dose"] = write_kg_dose(ctx.out, data, consumed, rows_total)
@@ -131,7 +131,7 @@ class MultiTaskBatchSampler:
 
     def __init__(self, data: KGBatchDataset, batch_size: int, seed: int, alphas: dict[str, float], batches_of,
                  sampling: str = "proportional"):
-        from kinject.plugins.knowledge.kg.batching import lengths_of
+        from kinject.plugins.knowledge import lengths_of
 
         if sampling not in ("proportional", "uniform"):
             raise ValueError(f"task sampling {sampling!r} (expected proportional or uniform)")
@@ -205,10 +205,10 @@ class MultiTaskBatchSampler:
 
 
 class TaskCollator:
-    """kinject.plugins.knowledge.kg.batching's KGCollator (dynamic padding) plus the batch's task id."""
+    """kinject.plugins.knowledge.KGCollator (dynamic padding) plus the batch's task id."""
 
     def __init__(self, tokenizer):
-        from kinject.plugins.knowledge.kg.batching import KGCollator
+        from kinject.plugins.knowledge import KGCollator
 
         self.inner = KGCollator(tokenizer)
 

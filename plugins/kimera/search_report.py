@@ -36,8 +36,8 @@ def round_intervals(task, labels, metric: str, rounds: list[list[dict]], resampl
     """Per round (None for round 0), its ``metric`` minus round 0's with the paired bootstrap interval over the
     evaluation units (queries for retrieval, examples otherwise), from each round's prediction records. A metric
     that cannot be recomputed from them gives [] (one warning)."""
-    from kinject.plugins.evidence.comparison import pair
-    from kinject.plugins.evidence.metrics import define, task_metric_refs
+    from kinject.plugins.evidence import pair
+    from kinject.plugins.evidence import define, task_metric_refs
 
     intervals: list[dict | None] = [None]
     try:

@@ -55,7 +55,7 @@ class KimeraStrategy(Strategy):
         return resolve(run, self.config)
 
     def stages(self, run) -> list[Stage]:
-        from kinject.plugins.evidence.stage import compare_stage
+        from kinject.plugins.evidence import compare_stage
 
         cfg, resolved = self.config, run.resolved
         if cfg.variant == "finetune":

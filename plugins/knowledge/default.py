@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from kinject.api import RunContext, SourceRef, registry  # noqa: F401 (SourceRef: the return type)
+from kinject.api import RunContext, SourceRef  # noqa: F401 (SourceRef: the return type)
 
 
 def triples_source(run: RunContext, max_triples: int | None = 20000) -> SourceRef:
@@ -16,7 +16,6 @@ def triples_source(run: RunContext, max_triples: int | None = 20000) -> SourceRe
         return run.source_refs()[0]
     from kinject.plugins.knowledge.sources.hpo import default_source
 
-    registry("sources").get("hpo")  # names the class "hpo": a stage body (or a worker process) rebuilds it by name
     source = default_source(max_triples)
     source.check(run.env)
     return run.source_ref(source, dataclasses.replace(run.env, limit=None))

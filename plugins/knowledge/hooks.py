@@ -1,33 +1,49 @@
-"""Adds the knowledge probe to every run with a task (set knowledge_probe: false to leave it out).
+"""Adds the knowledge probe to every run with a task (``hooks.knowledge-probe.enabled=false`` leaves it out).
 
 The knowledge library's hook plugin (entry point ``kinject.hooks``: ``knowledge-probe``): every run with a task and
 an evaluate stage gets the probe's stages (:mod:`kinject.plugins.knowledge.probe`) after the strategy's, whatever
-the strategy (a third party's too)."""
+the strategy (a third party's too). Its settings are its own (:class:`Config`, the spec's
+``hooks.knowledge-probe``)."""
 
 from __future__ import annotations
 
-from kinject.api import Stage, hookimpl
+from pydantic import Field
+
+from kinject.api import PluginConfig, PluginRef, Stage, hookimpl
 from kinject.plugins.training import EvaluateConfig
 
+NAME = "knowledge-probe"  # the entry point's name: the spec's hooks.knowledge-probe
 BASE_STAGE = "probe-base"
 PROBE_STAGE = "probe"
 
 
-def probe_source(run):
-    """The graph the probe asks about, as a stage config holds it: ``knowledge.probe_source``, else the run's first
-    triples source, else the HPO is-a graph (SpecError naming the field for a bad one)."""
-    from kinject.api import PluginRef, SpecError, registry, validate_plugin_config
+class Config(PluginConfig):
+    """The knowledge probe's settings (``hooks.knowledge-probe`` in a spec)."""
 
-    ref = run.spec.knowledge.probe_source
+    enabled: bool = Field(True, description="Add the knowledge probe to a run with a task and an evaluate stage: "
+                          "the run's final encoder and the base model scored the same way on held-out "
+                          "knowledge-graph facts.")
+    source: PluginRef | None = Field(None, description="The graph the probe asks about (a triples source, e.g. "
+                                     "{name: hpo, include: [isa]}). Unset: the run's first triples source, else the "
+                                     "HPO is-a graph; `kinject grid` gives every arm of a task the graph its "
+                                     "knowledge arms inject, so all are probed on the same facts.")
+
+
+def probe_source(run):
+    """The graph the probe asks about, as a stage config holds it: ``hooks.knowledge-probe.source``, else the run's
+    first triples source, else the HPO is-a graph (SpecError naming the field for a bad one)."""
+    from kinject.api import SpecError, registry, validate_plugin_config
+
+    ref = run.hook_settings(NAME).source
     if ref is None:
         triples = [s for s in run.sources if s.kind == "triples"]
         if triples:
             return run.source_ref(triples[0])
         ref = PluginRef(name="hpo", include=["isa"])
     cls = registry("sources").get(ref.name)
-    source = cls(validate_plugin_config(cls, ref, "knowledge.probe_source"))
+    source = cls(validate_plugin_config(cls, ref, f"hooks.{NAME}.source"))
     if source.kind != "triples":
-        raise SpecError(f"knowledge.probe_source: {ref.name!r} is a {source.kind} source; the probe asks about a graph")
+        raise SpecError(f"hooks.{NAME}.source: {ref.name!r} is a {source.kind} source; the probe asks about a graph")
     source.check(run.env)
     return run.source_ref(source)
 
@@ -58,7 +74,7 @@ def probe_stages(run, **settings) -> list[Stage]:
 
 @hookimpl
 def kinject_extra_stages(run):
-    """The probe's stages for a run with a task (and an evaluate stage) whose spec keeps ``knowledge_probe``."""
-    if not getattr(run.spec, "knowledge_probe", True) or run.task is None:
+    """The probe's stages for a run with a task (and an evaluate stage) unless its settings turn it off."""
+    if run.task is None or not run.hook_settings(NAME).enabled:
         return None
     return probe_stages(run)

@@ -1,6 +1,6 @@
 """The knowledge probe: did the knowledge go in? One cheap measurement, the same for every arm of a comparison.
 
-It asks about the graph the comparison injects (``knowledge.probe_source``; default: the run's first triples
+It asks about the graph the comparison injects (``hooks.knowledge-probe.source``; default: the run's first triples
 source, else the HPO is-a graph) - every arm of a grid the same one. A frozen encoder embeds both names of each fact
 (mean-pooled last hidden states, ``kinject.api.masked_mean``); a logistic regression on ``[u, v, |u - v|, u * v]``
 is fit on probe-train pairs and scored on probe-test pairs (AUROC and accuracy; balanced linked / not-linked pairs,
@@ -18,7 +18,7 @@ scores, loaded by that stage's own config (``load_model``: a MoP fused model too
 ``probe-predictions.jsonl`` (one record per probe-test pair: what ``kinject compare`` pairs between arms).
 
 The stages are added to every run with a task and an evaluate stage by the knowledge library's hook plugin
-(:mod:`kinject.plugins.knowledge.hooks`); ``--set knowledge_probe=false`` leaves them out.
+(:mod:`kinject.plugins.knowledge.hooks`); ``--set hooks.knowledge-probe.enabled=false`` leaves them out.
 """
 
 from __future__ import annotations

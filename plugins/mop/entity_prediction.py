@@ -239,7 +239,7 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     from transformers import set_seed
 
     from kinject.plugins.training import train
-    from kinject.plugins.knowledge.kg.batching import KGCollator
+    from kinject.plugins.knowledge import KGCollator
 
     folder = ctx.inputs[cfg.partition_stage]
     data = kg_data(cfg.kg, cfg.model, ctx)
@@ -311,7 +311,7 @@ def _write_dose(ctx: StageContext, cfg: PartAdapterConfig, data, train_rows: np.
                 stats: dict) -> None:
     """The adapter's knowledge dose: the part's training triples its steps consumed (the training library's
     length-grouped order, reconstructed), against the part's training triples."""
-    from kinject.plugins.knowledge.kg.data import triple_keys, write_kg_dose
+    from kinject.plugins.knowledge import triple_keys, write_kg_dose
     from kinject.plugins.training import consumed_rows
 
     triple_of = np.concatenate([train_rows] * (2 if cfg.bidirectional else 1)).astype(np.int64)

@@ -215,11 +215,10 @@ def attach_partition_adapters(model, adapter_dirs: list[Path], mixture: dict[str
 
 def save_fused_model(model, tokenizer, directory: Path, setup: Fuse | str, mixture: dict[str, Any]) -> None:
     """``save_pretrained`` (adapters writes its adapter and fusion configs into config.json) plus what MoP needs
-    to rebuild the mixture: ``config.mop`` and ``config.kinject_strategy``. ``setup``: the fusion, or the name of a
-    single adapter used alone."""
+    to rebuild the mixture: ``config.mop`` (read by :func:`load_fused_model`, which :class:`FusedEvaluateConfig`
+    calls). ``setup``: the fusion, or the name of a single adapter used alone."""
     from kinject.plugins.training import save_model
 
-    model.config.kinject_strategy = "mop"
     model.config.mop = {"adapters": list(setup.children) if isinstance(setup, Fuse) else [setup], **mixture}
     save_model(model, tokenizer, directory)
 

@@ -1,4 +1,4 @@
-"""MoP step 1: the knowledge graph's training rows (kinject.plugins.knowledge.kg "tail" rows, Arrow memory-mapped),
+"""MoP step 1: the knowledge graph's training rows (the knowledge library's build_kg_data "tail" rows, Arrow memory-mapped),
 their entity graph split into K parts by METIS (optionally shuffled: the paper's control), and which triple trains
 in which part."""
 
@@ -21,7 +21,7 @@ PART_DROPPED = -1  # triple_part value of a cross-part triple that no part keeps
 
 def kg_data(kg: KGSettings, model: ModelRef, ctx: StageContext):
     """The KG's "tail" rows built with the model's tokenizer (one cache entry: the same entity ids everywhere)."""
-    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
+    from kinject.plugins.knowledge import KGDataConfig, build_kg_data
 
     return build_kg_data(kg.source.build(), kg.source.environment(ctx), model.load_tokenizer(),
                          KGDataConfig(tasks=["tail"], max_length=kg.max_length, max_triples=kg.max_triples))
@@ -43,7 +43,7 @@ def assign_triples(parts: np.ndarray, head: np.ndarray, tail: np.ndarray, cross_
 def partition_body(cfg: PartitionConfig, ctx: StageContext) -> None:
     from safetensors.torch import save_file
 
-    from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts, partition_report, shuffle_parts
+    from kinject.plugins.knowledge import EntityGraph, metis_parts, partition_report, shuffle_parts
 
     if not is_main_process():  # one process partitions; the others wait for it at the stage barrier
         return

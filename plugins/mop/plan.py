@@ -34,7 +34,7 @@ _COUNTS: dict[tuple, tuple[int, int]] = {}
 def count_graph(ref: SourceRef, env, cap: int | None) -> tuple[int, int]:
     """(entities, triples) of a source reference's KG under ``cap`` - what the partition stage will see. Streamed
     (only the entity vocabulary is held); remembered per source fingerprint for the process (``--repeats``)."""
-    from kinject.plugins.knowledge.kg.intern import Vocab, intern_triples
+    from kinject.plugins.knowledge import Vocab, intern_triples
 
     key = (ref.name, ref.fingerprint, cap)
     if key not in _COUNTS:

@@ -19,7 +19,7 @@ from kinject.api import NOT_KEYED, ModelRef, SourceRef, StageConfig, TaskRef, Tr
 
 
 class KGSettings(StageConfig):
-    """The knowledge graph and how its training rows are built (kinject.plugins.knowledge.kg "tail" rows)."""
+    """The knowledge graph and how its training rows are built (the knowledge library's build_kg_data "tail" rows)."""
 
     source: SourceRef
     max_length: int

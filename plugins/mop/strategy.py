@@ -41,7 +41,7 @@ class MopStrategy(Strategy):
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage; returns the KG (the run's source, else the embedded HPO
         graph sampled to ``kg_max_triples``) and the resolved adapters config."""
-        from kinject.plugins.knowledge.default import triples_source
+        from kinject.plugins.knowledge import triples_source
 
         super().validate(run)
         cfg = self.config
@@ -61,7 +61,7 @@ class MopStrategy(Strategy):
         return Resolved(source=source, adapter=adapter)
 
     def stages(self, run) -> list[Stage]:
-        from kinject.plugins.evidence.stage import compare_stage
+        from kinject.plugins.evidence import compare_stage
 
         cfg = self.config
         stages = [finetune_stage(run), evaluate_stage(run, "finetune", export=False)] if cfg.baseline else []
@@ -77,8 +77,9 @@ class MopStrategy(Strategy):
         return stages
 
     @classmethod
-    def load_task_model(cls, model_dir, head, attn_implementation: str = "sdpa"):
-        """A MoP ``model/`` folder as a ready task model (adapters + mixture active, evaluation mode)."""
-        from .fusion import load_fused_model
+    def shared_files(cls, run_dir, info: dict) -> dict:
+        """The task model, plus each partition adapter, the fusion and (joint) the fine-tuned adapters in the
+        adapters library's format (:func:`.publish.adapter_files`)."""
+        from .publish import adapter_files
 
-        return load_fused_model(model_dir, head.kind if head is not None else None, attn_implementation)
+        return {**super().shared_files(run_dir, info), **adapter_files(run_dir, info)}

@@ -44,7 +44,7 @@ def _load(name: str):
 def _corpus_texts(path: Path):
     """Texts of a .txt (a line each) or .jsonl (``text`` field) file, read as the corpus source reads them."""
     from kinject.api import Environment, default_cache_dir, default_data_dir
-    from kinject.plugins.knowledge.sources.corpus import CorpusSource
+    from kinject.plugins.knowledge import CorpusSource
 
     source = CorpusSource(paths=[str(path)], min_chars=0, dedupe=False)
     return source.iter_texts(Environment(data_dir=default_data_dir(), cache_dir=default_cache_dir()))

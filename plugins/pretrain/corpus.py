@@ -1,6 +1,6 @@
 """The pretraining corpus: stream the corpus source, drop test text, deduplicate, and split every
 1/``heldout_fraction``-th text (up to ``heldout_max_texts``) into ``heldout.arrow``, the rest into ``train.arrow``
-(Arrow, written in batches; the texts file of the pack stage, :mod:`kinject.plugins.knowledge.packing`)."""
+(Arrow, written in batches; the texts file of the pack stage, the knowledge library's ``pack_stage``)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ def corpus_body(cfg: CorpusStageConfig, ctx: StageContext) -> None:
     from datasets.arrow_writer import ArrowWriter
 
     from kinject.api import DataError
-    from kinject.plugins.knowledge.packing import read_texts
-    from kinject.plugins.knowledge.sources.corpus import HeldOutText
+    from kinject.plugins.knowledge import read_texts
+    from kinject.plugins.knowledge import HeldOutText
 
     if not is_main_process():
         return

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from kinject.api import SourceRef, SpecError, Stage, TaskRef
-from kinject.plugins.knowledge.mlm import MaskingConfig, mlm_model_ref, mlm_stage, pack_stage
+from kinject.plugins.knowledge import MaskingConfig, mlm_model_ref, mlm_stage, pack_stage
 
 from .config import PretrainConfig
 from .control import CONTROL_TEXTS, control_body
@@ -52,7 +52,7 @@ def default_corpus(run):
     import logging
 
     from kinject.api import DataError
-    from kinject.plugins.knowledge.sources.corpus import CorpusSource
+    from kinject.plugins.knowledge import CorpusSource
 
     source = CorpusSource(tasks=["all"])
     try:
@@ -80,7 +80,7 @@ def excluded_tasks(run, source: SourceRef) -> tuple[TaskRef, ...]:
     """The run's task, read in full whatever --limit says, unless the corpus source already holds out every test
     text of it (then the corpus, and all pretraining after it, is shared by runs on other tasks)."""
     from kinject.api import registry
-    from kinject.plugins.knowledge.sources.corpus import HeldOutText
+    from kinject.plugins.knowledge import HeldOutText
 
     if run.task is None:
         return ()
@@ -111,7 +111,7 @@ def base_config(run):
 
 def positions(cfg: PretrainConfig, run) -> int:
     """The longest sequence the pretrained model will take (scratch.positions, else the base model's)."""
-    from kinject.plugins.knowledge.masked_lm import usable_positions
+    from kinject.api import usable_positions
 
     shape = cfg.scratch
     return shape.positions if cfg.init == "scratch" and shape.positions else usable_positions(base_config(run))
@@ -220,7 +220,7 @@ def task_stages(cfg: PretrainConfig, run) -> list[Stage]:
     """Fine-tune the base model (the finetune strategy's stages and keys) and the pretrained one, compare them
     paired, and report; the task models stay in the cache (the run's model/ is the pretrained encoder)."""
     from kinject.plugins.training import evaluate_stage, finetune_stage
-    from kinject.plugins.evidence.stage import compare_stage
+    from kinject.plugins.evidence import compare_stage
 
     return [dataclasses.replace(finetune_stage(run), produces_model=False),
             evaluate_stage(run, "finetune", export=False),

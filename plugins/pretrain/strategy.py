@@ -8,7 +8,7 @@ general/shuffled) -> ``pretrain-pack`` (the base vocabulary) / ``pretrain-pack-v
 -> ``pretrain-mlm`` -> ``pretrain-evaluate`` (held-out perplexity vs the base model); with a task:
 ``finetune`` + ``evaluate`` (the baseline, shared with the finetune strategy's cache), ``pretrain-finetune`` +
 ``pretrain-task-evaluate``, ``pretrain-compare``, ``pretrain-report``. Packing and MLM training are the knowledge
-library's public stages (:mod:`kinject.plugins.knowledge.mlm`); builders in :mod:`.plan`, configs in
+library's public stages (:mod:`kinject.plugins.knowledge`: ``pack_stage``, ``mlm_stage``); builders in :mod:`.plan`, configs in
 :mod:`.stages`. The run's ``model/`` is the pretrained masked-LM (a task model stays in the stage cache).
 """
 
@@ -42,8 +42,8 @@ class PretrainStrategy(Strategy):
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage; returns the corpus source, the task to hold out, the lengths
         and whether the base model needs an MLM head fit."""
-        from kinject.plugins.knowledge.masked_lm import missing_mlm_head
-        from kinject.plugins.knowledge.mlm import mlm_model_ref
+        from kinject.plugins.knowledge import missing_mlm_head
+        from kinject.plugins.knowledge import mlm_model_ref
 
         super().validate(run)
         cfg = self.config

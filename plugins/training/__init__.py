@@ -12,29 +12,14 @@ Names imported from here count, in a stage's cache key, as imports of the module
 
 from __future__ import annotations
 
-__kinject_facade__ = True
-
-import importlib
+from kinject.api import lazy_exports
 
 _EXPORTS = {  # name -> the module defining it; imported on first use, so `kinject list` reading `eval` loads nothing
     ".loop": ("EpochCallback", "HookCallback", "PaddingCounter", "consumed_rows", "dev_scorer", "float32_head",
               "last_checkpoint", "length_grouped_batches", "predict", "quiet_progress", "row_lengths", "train",
               "training_arguments", "useful_token_fraction", "with_length_buckets"),
-    ".stages": ("EvaluateConfig", "FinetuneConfig", "evaluate_body", "evaluate_model", "evaluate_stage",
-                "finetune_body", "finetune_stage", "write_predictions"),
+    ".stages": ("EvaluateConfig", "FinetuneConfig", "evaluate_body", "evaluate_config_class", "evaluate_model",
+                "evaluate_stage", "finetune_body", "finetune_stage", "run_evaluate_config", "write_predictions"),
     ".task_models": ("MeanPooler", "build_task_model", "load_task_model", "save_model"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str):
-    if name not in _MODULE_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_MODULE_OF[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

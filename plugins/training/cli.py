@@ -8,8 +8,6 @@ from typing import List, Optional
 
 import typer
 
-__kinject_fingerprint__ = False  # the command line: no stage output depends on this module
-
 
 def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model directory"),
              task: str = typer.Option(..., "--task", "-t"),
@@ -27,7 +25,7 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
 
     from kinject.api import KinjectError, apply_overrides, build_spec, prepare, print_metrics, run_folder
 
-    from .stages import evaluate_model, write_predictions
+    from .stages import EvaluateConfig, evaluate_model, run_evaluate_config, write_predictions
 
     if not (model_dir / "config.json").exists():
         hint = (f"; the seeds of a --repeats run are in seed-*/: e.g. {next(model_dir.parent.glob('seed-*/model'))}"
@@ -40,11 +38,15 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
         data["data_dir"] = str(data_dir)
     run_ctx = prepare(build_spec(apply_overrides(data, sets or [])))
     spec = run_ctx.spec  # with the task's recommended settings (e.g. max_length) and the resolved precision
+    loader = run_evaluate_config(model_dir, EvaluateConfig(
+        task=run_ctx.task_ref(), model_stage="model", max_length=spec.model.max_length,
+        attn_implementation=spec.model.attn_implementation, bf16=bool(spec.training.bf16)))
     with tempfile.TemporaryDirectory() as work:
         metrics, records = evaluate_model(model_dir, run_ctx.task, run_ctx.env, spec.training.eval_batch_size,
                                           spec.model.max_length, Path(work),
                                           tuple(spec.training.eval_splits) if spec.training.eval_splits else None,
-                                          spec.model.attn_implementation, bool(spec.training.bf16))
+                                          spec.model.attn_implementation, bool(spec.training.bf16),
+                                          loader.load_model)
     if output:
         with run_folder(output, run_ctx, "eval") as folder:
             (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))

@@ -216,6 +216,34 @@ class EvaluateConfig(StageConfig):
         return load_task_model(model_dir, head, self.attn_implementation)
 
 
+def evaluate_config_class(info: dict, where: str = "run.json") -> type[EvaluateConfig] | None:
+    """The config class of a run's last evaluate stage (``info``: its run.json, which records each stage's config
+    type); None when it has none. A class other than :class:`EvaluateConfig` may load the model its own way."""
+    import importlib
+
+    from kinject.api import KinjectError
+
+    for record in reversed(info.get("stages", [])):
+        module, _, name = str(record.get("config_type", "")).rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name, None) if module else None
+        except ImportError as error:
+            raise KinjectError(f"{where}: stage {record.get('name')!r} was evaluated with {module}.{name}, which "
+                               f"does not import here ({error}); install the plugin that ran it") from None
+        if isinstance(cls, type) and issubclass(cls, EvaluateConfig):
+            return cls
+    return None
+
+
+def run_evaluate_config(model_dir: Path, cfg: EvaluateConfig) -> EvaluateConfig:
+    """``cfg``'s fields in the class of the evaluate stage of the run that exported ``model_dir`` (run.json beside
+    it), so a model that needs its own ``load_model`` (MoP's fused model) is loaded the way the run scored it;
+    ``cfg`` for any other folder."""
+    info = Path(model_dir).parent / "run.json"
+    cls = evaluate_config_class(json.loads(info.read_text(encoding="utf-8")), str(info)) if info.is_file() else None
+    return cfg if cls is None or cls is type(cfg) else cls(**dict(cfg))
+
+
 def evaluate_body(cfg: EvaluateConfig, ctx: StageContext) -> None:
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     metrics, records = evaluate_model(ctx.inputs[cfg.model_stage] / "model", task, env, cfg.batch_size,

@@ -106,10 +106,10 @@ def check_head_model(model_dir: Path, saved: str | None, head: Head | None) -> N
 
 
 def load_task_model(model_dir: Path, head: Head, attn_implementation: str = "sdpa"):
-    """A saved task model (sequence or token head) from a stage's ``model/`` folder.
+    """A saved task model (sequence or token head) from a stage's ``model/`` folder, as ``from_pretrained`` loads it.
 
-    A strategy whose models need more than ``from_pretrained`` (MoP: adapters and their fusion) writes
-    ``kinject_strategy`` into config.json and implements :meth:`kinject.interfaces.Strategy.load_task_model`.
+    A model that needs more (MoP: adapters and their fusion) is loaded by its evaluate stage's config:
+    ``EvaluateConfig.load_model`` overridden (the one route; `kinject eval` finds it through the run's run.json).
     """
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
@@ -117,14 +117,13 @@ def load_task_model(model_dir: Path, head: Head, attn_implementation: str = "sdp
 
     saved = json.loads((Path(model_dir) / "config.json").read_text())
     check_head_model(model_dir, saved.get("kinject_head_model"), head)
-    name = saved.get("kinject_strategy")
-    if name:
-        from kinject.api import registry
+    held = saved.get("adapters") if isinstance(saved.get("adapters"), dict) else {}
+    if held.get("adapters") or held.get("fusions"):
+        from kinject.api import KinjectError
 
-        model = registry("strategies").get(name).load_task_model(model_dir, head, attn_implementation)
-        if model is not None:
-            return model
-
+        raise KinjectError(f"{model_dir}: holds adapters (config.json 'adapters'), which from_pretrained drops; "
+                           "evaluate it from the run folder that saved it (its run.json names the stage config "
+                           "that loads it)")
     cls = AutoModelForTokenClassification if head.kind == "token" else AutoModelForSequenceClassification
     model = cls.from_pretrained(str(model_dir), local_files_only=offline(), attn_implementation=attn_implementation)
     if getattr(model.config, "kinject_pooling", "cls") == "mean" and head.kind == "sequence":

@@ -19,7 +19,7 @@ from kinject.api import FILE_PATH, DataError, Environment, SpecError, Triple
 from kinject.plugins.knowledge.sources.filters import BadRows, FilterFields
 from kinject.plugins.knowledge.sources.readers import iter_text_lines
 from kinject.plugins.knowledge.sources.triples import TriplesSourceBase
-from kinject.tasks.hpo_terms import HpoTerm, hpo_data_dir, iter_terms, read_terms  # noqa: F401 (public here too)
+from kinject.tasks import HpoTerm, hpo_data_dir, iter_terms, read_terms  # noqa: F401 (public here too)
 
 RELATIONS = {"isa": "is a", "disease": "has phenotype", "gene": "associated with"}
 _TERM_ID = re.compile(r"^HP:\d{7}$")

@@ -6,9 +6,7 @@ from typing import ClassVar
 
 from kinject.api import Stage, Strategy
 from kinject.plugins.training import evaluate_stage, finetune_stage
-from kinject.plugins.knowledge.default import triples_source
-from kinject.plugins.knowledge.masked_lm import missing_mlm_head
-from kinject.plugins.knowledge.mlm import mlm_model_ref, mlm_stage, pack_stage
+from kinject.plugins.knowledge import missing_mlm_head, mlm_model_ref, mlm_stage, pack_stage, triples_source
 
 from .config import KgTextConfig
 from .stages import CoverageConfig, VerbaliseConfig

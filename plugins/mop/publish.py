@@ -1,9 +1,7 @@
 """What a MoP run publishes beside its task model, in the adapters library's format: each partition adapter as its
 stage trained it (``adapters/part-<i>/``), the task model's fusion (``fusion/``, with ``mop.json``: the mixture) and,
-after a joint fine-tune, the adapters as the task model holds them (``finetuned-adapters/part-<i>/``).
-
-Used for runs of the strategy named ``mop`` while it does not override ``Strategy.shared_files`` itself (the MoP
-plugin is not imported: methods and commands reach each other only through the registry and the run's files)."""
+after a joint fine-tune, the adapters as the task model holds them (``finetuned-adapters/part-<i>/``):
+``MopStrategy.shared_files``, which `kinject push` publishes."""
 
 from __future__ import annotations
 
@@ -13,14 +11,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kinject.api import KinjectError, registry
+from kinject.api import KinjectError
 
 
-def mop_files(run_dir: Path, info: dict) -> dict[str, Path]:
+def adapter_files(run_dir: Path, info: dict) -> dict[str, Path]:
     """repo path -> local folder of the adapters, the fusion and (joint) the fine-tuned adapters; the last two are
-    saved from the task model (loaded by the strategy's ``load_task_model``) into a temporary folder removed at
-    exit."""
+    saved from the task model (:func:`.fusion.load_fused_model`) into a temporary folder removed at exit."""
     from adapters import Fuse
+
+    from .fusion import load_fused_model
 
     files: dict[str, Path] = {}
     for stage in [s for s in info.get("stages", []) if s["name"].startswith("mop-adapter-")]:
@@ -31,7 +30,7 @@ def mop_files(run_dir: Path, info: dict) -> dict[str, Path]:
         files[f"adapters/{json.loads((folder / 'adapter_config.json').read_text())['name']}"] = folder
     if not (Path(run_dir) / "model" / "config.json").is_file():
         return files
-    model = registry("strategies").get("mop").load_task_model(Path(run_dir) / "model", None)
+    model = load_fused_model(Path(run_dir) / "model")
     out = Path(tempfile.mkdtemp(prefix="kinject-push-"))
     atexit.register(shutil.rmtree, out, True)
     mixture = {**model.config.mop, "joint": info["spec"]["strategy"].get("finetune", "joint") == "joint"}

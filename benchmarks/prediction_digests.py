@@ -1,0 +1,61 @@
+"""Digests of the test predictions (and weights) of finetune, KIMERA and MoP on the tiny model, for refactors that
+must change nothing (issue #37: "byte-identical before and after").
+
+    python benchmarks/prediction_digests.py before.json          # on the old commit
+    python benchmarks/prediction_digests.py after.json --against before.json
+
+Each strategy runs `--quick` on hpo-isa with the tiny random BERT in a fresh cache, offline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+STRATEGIES = ("finetune", "kimera", "mop")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def digests(workdir: Path, data_dir: str) -> dict[str, dict[str, str]]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "KINJECT_CACHE_DIR": str(workdir / "cache"),
+           "KINJECT_DATA_DIR": data_dir, "KINJECT_CHOOSE": "0"}
+    found = {}
+    for name in STRATEGIES:
+        out = workdir / name
+        subprocess.run([sys.executable, "-m", "kinject", "run", name, "--task", "hpo-isa", "--model", "tiny",
+                        "--quick", "-o", str(out)], env=env, check=True, stdout=subprocess.DEVNULL)
+        files = sorted((out / "predictions").glob("*.jsonl")) + sorted(out.glob("model/*.safetensors"))
+        found[name] = {str(f.relative_to(out)): _digest(f) for f in files}
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("output", type=Path)
+    parser.add_argument("--against", type=Path, help="an earlier output to compare with")
+    parser.add_argument("--data-dir", default=os.environ.get("KINJECT_DATA_DIR", "../shared/data"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        found = digests(Path(work), args.data_dir)
+    args.output.write_text(json.dumps(found, indent=1) + "\n")
+    if args.against is None:
+        print(json.dumps(found, indent=1))
+        return 0
+    before = json.loads(args.against.read_text())
+    changed = [f"{name}/{file}" for name in STRATEGIES for file in sorted(set(before[name]) | set(found[name]))
+               if before[name].get(file) != found[name].get(file)]
+    print("identical" if not changed else "changed: " + ", ".join(changed))
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

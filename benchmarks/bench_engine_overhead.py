@@ -39,10 +39,10 @@ class NoOp(Strategy):
 def main() -> None:
     from conftest import write_textcls
 
-    from kinject import engine
+    from kinject import engine, preparation
     from kinject.api import registry
-    from kinject.planning import run_stages
-    from kinject.spec import build_spec
+    from kinject.stage_runner import run_stages
+    from kinject.spec_input import build_spec
 
     registry("strategies").register("noop", NoOp)
     with tempfile.TemporaryDirectory() as tmp:
@@ -50,10 +50,10 @@ def main() -> None:
         data = write_textcls(tmp / "data", n_train=256, n_eval=32)
         spec = build_spec({"task": {"name": "textcls", "path": str(data)}, "strategy": {"name": "noop"},
                            "model": {"name": "tiny"}, "cache_dir": str(tmp / "cache")})
-        engine.execute(engine.prepare(spec), tmp / "warm")  # fills the cache
+        engine.execute(preparation.prepare(spec), tmp / "warm")  # fills the cache
         per_stage = []
         for _ in range(5):
-            run = engine.prepare(spec)
+            run = preparation.prepare(spec)
             start = time.perf_counter()
             results = run_stages(run)  # plan, keys, verified hits, hooks
             per_stage.append((time.perf_counter() - start) / len(results))
@@ -72,10 +72,10 @@ def main() -> None:
         for r in range(3):
             spec_r = ft.model_copy(update={"cache_dir": tmp / f"cache-e{r}"})
             start = time.perf_counter()
-            engine.execute(engine.prepare(spec_r), tmp / f"run{r}")
+            engine.execute(preparation.prepare(spec_r), tmp / f"run{r}")
             engine_times.append(time.perf_counter() - start)
             start = time.perf_counter()
-            run = engine.prepare(spec_r)
+            run = preparation.prepare(spec_r)
             tok = load_tokenizer(resolve_model("tiny", run.env.cache_dir))
             task = run.task
             model = build_task_model(run.model_path, task.head(run.env), seed=0)

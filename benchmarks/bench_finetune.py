@@ -29,26 +29,26 @@ TASKS = {"ncbi-disease": {}, "capr": {"dataset": "medquad", "max_train_queries":
 
 
 def task_and_env(name: str, args, cache: Path):
-    from kinject import engine
-    from kinject.spec import build_spec
+    from kinject import preparation
+    from kinject.spec_input import build_spec
 
     spec = build_spec({"task": {"name": name, **TASKS[name]}, "model": {"name": "minilm",
                                                                         "max_length": args.max_length},
                        "training": {"limit": args.n if name != "capr" else None}, "cache_dir": str(cache)})
-    run = engine.prepare(spec)
+    run = preparation.prepare(spec)
     return run.task, run.env
 
 
 def run_kinject(name: str, args, cache: Path) -> dict:
-    from kinject import engine
-    from kinject.spec import build_spec
+    from kinject import engine, preparation
+    from kinject.spec_input import build_spec
 
     spec = build_spec({"task": {"name": name, **TASKS[name]},
                        "model": {"name": "minilm", "max_length": args.max_length},
                        "training": {"epochs": 1, "batch_size": args.batch_size, "learning_rate": 5e-5,
                                     "limit": args.n if name != "capr" else None, "eval_splits": ["dev"]},
                        "seed": 0, "cache_dir": str(cache)})
-    run = engine.prepare(spec)
+    run = preparation.prepare(spec)
     metrics = engine.execute(run, cache / "run")
     return {"samples_per_s": metrics["train"]["train_samples_per_second"],
             "useful": metrics["train"]["useful_token_fraction"], "dev": metrics["dev"][run.task.primary_metric()]}
@@ -61,7 +61,7 @@ def run_plain(name: str, args, work: Path, pad_to_max: bool) -> dict:
     from kinject.models import minilm_path
     from kinject.plugins.training import build_task_model
     from kinject.plugins.training import PaddingCounter
-    from kinject.plugins.training.loop import to_dataset
+    from kinject.plugins.training.batching import to_dataset
 
     task, env = task_and_env(name, args, work / "cache")
     from kinject.models import load_tokenizer
@@ -112,7 +112,7 @@ def bench_eval(args, work: Path) -> dict:
     from kinject.models import load_tokenizer, minilm_path
     from kinject.plugins.training import build_task_model
     from kinject.plugins.training import predict
-    from kinject.plugins.training.loop import to_dataset
+    from kinject.plugins.training.batching import to_dataset
 
     task, env = task_and_env("capr", args, work / "cache")
     tok = load_tokenizer(str(minilm_path()))

@@ -141,7 +141,7 @@ def tokens(args) -> dict:
 
     from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts
     from kinject.plugins.mop.partition import assign_triples
-    from kinject.plugins.training.loop import LengthBucketSampler
+    from kinject.plugins.training.batching import LengthBucketSampler
 
     _, data = hpo_rows(args.model, args.max_triples)
     h, r, t = (np.asarray(data.triples.data.column(c).to_numpy()) for c in ("head", "relation", "tail"))

@@ -38,7 +38,7 @@ def corpus_texts(n: int) -> list[str]:
     """In-domain text (HoC + PubMedQA train/dev through their readers) when the data dir has it."""
     from kinject.interfaces import Environment
     from kinject.plugins.knowledge.sources.corpus import CorpusSource
-    from kinject.spec import default_cache_dir, default_data_dir
+    from kinject.spec_input import default_cache_dir, default_data_dir
 
     env = Environment(data_dir=default_data_dir(), cache_dir=default_cache_dir())
     source = CorpusSource(tasks=["hoc", "pubmedqa"])

@@ -32,13 +32,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the table here")
     args = parser.parse_args()
 
-    from kinject.engine import prepare
+    from kinject.preparation import prepare
     from kinject.models import load_tokenizer
     from kinject.plugins.kimera.importance import normalize_importance, score_heads
     from kinject.plugins.kimera.masks import load_mask
     from kinject.plugins.kimera.scoring import scoring_set
     from kinject.plugins.training import load_task_model
-    from kinject.spec import apply_overrides, build_spec
+    from kinject.spec_input import apply_overrides, build_spec
 
     spec = build_spec(apply_overrides({"task": {"name": "capr"}, "strategy": {"name": "kimera"}}, args.overrides))
     run = prepare(spec)

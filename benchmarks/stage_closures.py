@@ -7,7 +7,7 @@ sys.path.insert(0, "tests")
 from conftest import write_textcls
 from test_mop_strategy import write_kg
 from kinject.api import build_spec, prepare
-from kinject.planning import plan
+from kinject.keys import plan
 tmp = Path(tempfile.mkdtemp())
 data = write_textcls(tmp / "d"); kg = write_kg(tmp / "kg.tsv")
 corpus = tmp / "c.txt"; corpus.write_text("gene expression in tumor cells.\n" * 50)

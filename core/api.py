@@ -23,11 +23,10 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.fingerprint": ("NOT_KEYED", "stable_hash"),
     "kinject.refs": ("HoldOutRef", "InputTransform", "ModelRef", "SourceRef", "TaskRef", "files_fingerprint",
                      "model_fingerprint"),
-    "kinject.spec": ("FILE_PATH", "ModelSpec", "PeftSpec", "PluginRef", "RunSpec", "TrainingOverrides",
-                     "TrainingSpec", "validate_plugin_config",
-                     # running specs (tools such as the STILT matrix, a sweep or a grid)
-                     "apply_overrides", "build_spec", "default_cache_dir", "default_data_dir",
-                     "format_validation_error", "load_spec_file", "load_yaml"),
+    "kinject.spec": ("ModelSpec", "PeftSpec", "PluginRef", "RunSpec", "TrainingOverrides", "TrainingSpec"),
+    # building specs (tools such as the STILT matrix, a sweep or a grid), a plugin's config checked
+    "kinject.spec_input": ("FILE_PATH", "apply_overrides", "build_spec", "default_cache_dir", "default_data_dir",
+                           "format_validation_error", "load_spec_file", "load_yaml", "validate_plugin_config"),
     # knowledge on one footing: held-out facts, the dose a stage consumed
     "kinject.knowledge": ("HeldOutSource", "fact_key", "facts_digest", "held_out_count", "words", "write_dose"),
     # errors (one line, exit 2; Interrupted: exit 130/143)
@@ -49,8 +48,12 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.results": ("print_metrics", "summarize_seeds"),
     "kinject.frontdoor": ("lazy_exports",),  # a library's own front door
     # running a run
-    "kinject.engine": ("RunContext", "execute", "plan", "prepare", "run_folder"),
-    "kinject.planning": ("check_fence",),  # a long stage body's check that its lease still holds
+    "kinject.context": ("RunContext",),
+    "kinject.preparation": ("prepare",),
+    "kinject.keys": ("plan",),
+    "kinject.engine": ("execute",),
+    "kinject.outputs": ("run_folder",),
+    "kinject.stage_runner": ("check_fence",),  # a long stage body's check that its lease still holds
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)
 __all__ = ["__version__", *__all__]

@@ -57,7 +57,8 @@ def _set_fields(spec) -> set[str]:
 def choose(spec, announce: Callable[[str], None] = log.info):
     """``spec`` with the task's alternatives chosen by cross-validation on a small train split, and what was chosen
     (None when nothing was: not a small split, no alternatives, or turned off)."""
-    from kinject.engine import execute, prepare
+    from kinject.engine import execute
+    from kinject.preparation import prepare
     from kinject.interfaces import TaskGroup
 
     if not enabled(spec) or spec.task is None or spec.fold:

@@ -55,7 +55,7 @@ class Interrupted(BaseException):
         self.signum, self.detail = signum, detail
         import sys
 
-        running = getattr(sys.modules.get("kinject.planning"), "RUNNING", None)
+        running = getattr(sys.modules.get("kinject.stage_runner"), "RUNNING", None)
         self.stage = running[-1] if running else None  # where it struck (unwinding forgets it)
 
     @property

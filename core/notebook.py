@@ -44,8 +44,8 @@ def run(strategy: str, task: str | None = None, model: str | None = None, *, ove
     "data/"}``; values are Python values); ``config``: a YAML run spec they apply to; ``quick``: the strategy's quick
     protocol and 64 examples per split. Errors are :class:`kinject.errors.KinjectError` (one line, naming the field).
     """
-    from kinject import engine
-    from kinject.spec import build_spec, load_spec_file
+    from kinject import engine, outputs, preparation
+    from kinject.spec_input import build_spec, load_spec_file
 
     data: dict[str, Any] = load_spec_file(Path(config)) if config else {}
     data["strategy"] = {**(data.get("strategy") or {}), "name": strategy} \
@@ -68,14 +68,14 @@ def run(strategy: str, task: str | None = None, model: str | None = None, *, ove
             node = node.setdefault(part, {})
         node[parts[-1]] = str(value) if isinstance(value, Path) else value
     spec = build_spec(data)
-    out = Path(spec.output) if spec.output else engine.default_output(spec)
+    out = Path(spec.output) if spec.output else outputs.default_output(spec)
     from kinject.choose import choose
 
     spec, chosen = choose(spec)
-    runs = [engine.prepare(spec.model_copy(update={"seed": spec.seed + i}), resume=resume,
+    runs = [preparation.prepare(spec.model_copy(update={"seed": spec.seed + i}), resume=resume,
                            command=["kinject.run", strategy]) for i in range(repeats)]
     for prepared in runs:
         prepared.chosen = chosen
-    engine.check_output(out, runs[0].env)
+    outputs.check_output(out, runs[0].env)
     metrics = engine.execute(runs[0], out) if repeats == 1 else engine.execute_repeats(runs, out)
     return RunResult(metrics, out)

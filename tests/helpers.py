@@ -17,6 +17,15 @@ def run_kinject(*args: str) -> int:
     return 0
 
 
+def free_port() -> str:
+    """A TCP port free right now, for a torchrun rendezvous: fixed ports collide when xdist runs two DDP tests."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
 def fake_distribution(root: Path, name: str, entry_points: str, modules: dict[str, str]) -> Path:
     """A minimal installed distribution (dist-info + modules) on a folder we can put on sys.path."""
     info = root / f"{name.replace('-', '_')}-1.2.3.dist-info"  # dist-info names use underscores

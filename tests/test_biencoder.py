@@ -92,7 +92,7 @@ def scores(model, tokenizer, first: list[str], second: list[str]) -> np.ndarray:
     from transformers import DataCollatorWithPadding
 
     from kinject.tasks import biencoder
-    from kinject.plugins.training.loop import predict_here
+    from kinject.plugins.training.prediction import predict_here
 
     return predict_here(model, biencoder.pack(tokenizer, first, second, 64), DataCollatorWithPadding(tokenizer), 4)
 

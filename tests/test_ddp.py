@@ -8,14 +8,14 @@ import subprocess
 import sys
 
 import pytest
-from helpers import PROBE_STAGES
+from helpers import PROBE_STAGES, free_port
 
 
 @pytest.mark.slow
 def test_torchrun_two_cpu_processes(tmp_path, textcls_dir, tiny_model, cache_dir):
     out = tmp_path / "ddp"
     env = dict(os.environ, OMP_NUM_THREADS="1", KINJECT_CACHE_DIR=str(tmp_path / "cache"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port(),
            "-m", "kinject", "run", "finetune", "--task", "textcls", "--model", "tiny", "--set",
            f"task.path={textcls_dir}", "--set", "training.epochs=2", "--set", "training.batch_size=8", "-o", str(out)]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)

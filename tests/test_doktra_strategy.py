@@ -30,8 +30,8 @@ def spec(tmp_path, textcls_dir, teacher=None, training=None, task=None, **strate
 
 
 def prepared(data: dict):
-    from kinject.engine import prepare
-    from kinject.spec import build_spec
+    from kinject.preparation import prepare
+    from kinject.spec_input import build_spec
 
     return prepare(build_spec(data))
 
@@ -67,12 +67,12 @@ def test_teacher_and_cp_only_student_are_built_with_the_runs_model_settings(tmp_
 def test_calibrated_stages_run_the_shared_fine_tune_body_and_training_keys_hold_no_report_code(tmp_path, textcls_dir,
                                                                                                 word_teacher):
     from kinject.plugins.training import FinetuneConfig, finetune_body
-    from kinject.engine import plan
+    from kinject.keys import plan
 
     for variant, finetuned, others in (("cp-only", ("doktra-teacher", "doktra-cp"), ()),
                                        ("doktra", ("doktra-teacher",), ("doktra-teacher-outputs", "doktra-distill"))):
         run = prepared(spec(tmp_path, textcls_dir, word_teacher, variant=variant))
-        assert run.resolved.ref.path == str(word_teacher.resolve()) and run.resolved.as_given is False
+        assert run.resolved.teacher.ref.path == str(word_teacher.resolve()) and run.resolved.teacher.as_given is False
         assert not hasattr(run.strategy, "_teacher")  # what validate resolved is handed over as run.resolved
         stages = {s.name: s for s in run.stages}
         for name in finetuned:
@@ -84,7 +84,7 @@ def test_calibrated_stages_run_the_shared_fine_tune_body_and_training_keys_hold_
 
 
 def test_variants_share_the_teacher_and_the_student_baseline_and_finetune_keys(tmp_path, textcls_dir, word_teacher):
-    from kinject.engine import plan
+    from kinject.keys import plan
     from kinject.plugins.finetune.strategy import FinetuneStrategy
 
     keys = {v: {p.stage.name: p.key for p in plan(prepared(spec(tmp_path, textcls_dir, word_teacher, variant=v)))}
@@ -137,7 +137,9 @@ def test_a_given_fine_tuned_teacher_is_used_as_it_is_with_its_rows_in_task_order
     import torch
     from transformers import AutoModelForSequenceClassification
 
-    from kinject.engine import execute, plan
+    from kinject.engine import execute
+
+    from kinject.keys import plan
 
     given = classifier_dir(word_teacher, tmp_path / "given", ("other", "bio"))  # the task's order is bio, other
     run = prepared(spec(tmp_path, textcls_dir, given))

@@ -205,7 +205,7 @@ def test_spread_stage_claims_are_taken_once_per_launch(tmp_path):
     claim it again (a resumed run does not inherit a dead launch's claims)."""
     from types import SimpleNamespace
 
-    from kinject.planning import _claim
+    from kinject.stage_runner import _claim
 
     member = SimpleNamespace(folder=tmp_path / "stages" / "mop-adapter-0" / "abc123")
     assert _claim(member, "launch1") and not _claim(member, "launch1")
@@ -215,11 +215,11 @@ def test_spread_stage_claims_are_taken_once_per_launch(tmp_path):
 def test_memory_is_given_back_after_each_computed_stage_not_after_a_hit(tmp_path, textcls_dir, tiny_model,
                                                                         monkeypatch):
     """Without it a run's peak RSS is the sum of its stages' high-water marks (the headline: 4.2 GB, not 2.3)."""
-    from kinject import planning
+    from kinject import stage_runner
 
     released = []
-    real = planning.release_memory
-    monkeypatch.setattr(planning, "release_memory", lambda: released.append(real()))
+    real = stage_runner.release_memory
+    monkeypatch.setattr(stage_runner, "release_memory", lambda: released.append(real()))
     assert kinject(*run_args(textcls_dir, tmp_path / "a", "--set", "hooks.knowledge-probe.enabled=false")) == 0
     assert len(released) == len(stages(tmp_path / "a")) == 2  # finetune, evaluate
     assert kinject(*run_args(textcls_dir, tmp_path / "b", "--set", "hooks.knowledge-probe.enabled=false")) == 0

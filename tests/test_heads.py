@@ -39,13 +39,13 @@ def test_mean_pooling_ignores_padding_and_survives_save_and_load(tmp_path, tiny_
 
 
 def test_pooling_is_a_keyed_model_option(tmp_path, textcls_dir, tiny_model):
-    from kinject import engine
-    from kinject.spec import build_spec
+    from kinject import keys, preparation
+    from kinject.spec_input import build_spec
 
     def key(pooling):
         spec = build_spec({"task": {"name": "textcls", "path": str(textcls_dir)},
                            "model": {"name": "tiny", "pooling": pooling}, "cache_dir": str(tmp_path)})
-        return {p.stage.name: p.key for p in engine.plan(engine.prepare(spec))}["finetune"]
+        return {p.stage.name: p.key for p in keys.plan(preparation.prepare(spec))}["finetune"]
 
     assert key("cls") != key("mean")
     with pytest.raises(Exception, match="model.pooling"):

@@ -13,7 +13,7 @@ from helpers import fake_distribution
 from helpers import run_kinject as kinject
 
 TOOLS = ("plugins.evidence", ".report", ".analysis", ".cli", "kinject.cli", "matplotlib")
-NOT_TRAINING = ("-compare", "-analysis", "-report")  # tools
+NOT_TRAINING = ("-compare", "-report")  # tools
 
 
 def plans(tmp_path: Path, textcls_dir: Path) -> dict[str, object]:
@@ -51,7 +51,8 @@ def test_training_keys_cover_the_code_that_computes_and_no_tool(every_stage):
     # the shared fine-tune body and what it computes with (the training library: the stage, task models, the
     # Trainer loop, dev selection, peft; the kernel's models and data readers) ...
     assert kernel == {"kinject.plugins.training.stages", "kinject.plugins.training.task_models",
-                      "kinject.plugins.training.loop", "kinject.plugins.training.selection",
+                      "kinject.plugins.training.loop", "kinject.plugins.training.batching",
+                      "kinject.plugins.training.prediction", "kinject.plugins.training.selection",
                       "kinject.plugins.training.peft_tuning", "kinject.models", "kinject.io"}
     # ... and the task's own modules with its evaluators', nothing else
     assert closure - kernel == {"kinject.tasks.textcls", "kinject.tasks.sequence", "kinject.tasks.biencoder",
@@ -91,7 +92,7 @@ def test_editing_the_training_body_changes_the_fine_tune_keys(tmp_path, textcls_
                                                               every_stage):
     _edited(monkeypatch, tmp_path, "kinject.plugins.training.loop")
     after = plans(tmp_path, textcls_dir)
-    for name in ("finetune/finetune", "stilt/finetune", "mop/mop-finetune", "kimera/kimera-retrain"):
+    for name in ("finetune/finetune", "stilt/stilt-finetune", "mop/mop-finetune", "kimera/kimera-retrain"):
         assert after[name].key != every_stage[name].key, name
 
 

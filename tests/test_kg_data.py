@@ -165,7 +165,7 @@ def test_length_grouped_batches_serves_the_training_sampler():
     """With a generator seeded by (seed, epoch) it is exactly kinject.plugins.training.loop's sampler in that epoch."""
     import random
 
-    from kinject.plugins.training.loop import LengthBucketSampler
+    from kinject.plugins.training.batching import LengthBucketSampler
 
     lengths = [random.Random(1).randint(5, 120) for _ in range(203)]
     sampler = LengthBucketSampler(lengths, batch_size=16, seed=7)

@@ -39,14 +39,14 @@ def run_spec(tmp_path: Path, textcls_dir: Path, seed: int = 42, **strategy) -> d
 
 
 def prepared(tmp_path: Path, textcls_dir: Path, seed: int = 42, **strategy):
-    from kinject.engine import prepare
-    from kinject.spec import build_spec
+    from kinject.preparation import prepare
+    from kinject.spec_input import build_spec
 
     return prepare(build_spec(run_spec(tmp_path, textcls_dir, seed, **strategy)))
 
 
 def keys(run) -> dict[str, str]:
-    from kinject.engine import plan
+    from kinject.keys import plan
 
     return {p.stage.name: p.key for p in plan(run)}
 
@@ -79,12 +79,12 @@ def test_random_variant_plans_its_own_mask_stage_after_the_search(tmp_path, text
     stages = {s.name: s for s in run.stages}
     assert [s.name for s in run.stages] == ["finetune", "evaluate", "kimera-mask-hard", "kimera-search-report",
                                             "kimera-mask-random", "kimera-retrain", "kimera-finetune",
-                                            "kimera-evaluate", "kimera-analysis", "kimera-compare", *PROBE_STAGES]
+                                            "kimera-evaluate", "kimera-report", "kimera-compare", *PROBE_STAGES]
     assert stages["kimera-mask-random"].inputs == ("kimera-mask-hard",)
     retrain = stages["kimera-retrain"]
     assert retrain.inputs == ("kimera-mask-random",) and retrain.config.mask == "hard"
     assert retrain.config.mask_stage == "kimera-mask-random"
-    assert stages["kimera-analysis"].inputs == ("kimera-mask-random", "kimera-finetune")
+    assert stages["kimera-report"].inputs == ("kimera-mask-random", "kimera-finetune")
     first, other = keys(run), keys(prepared(tmp_path, textcls_dir, variant="random", mask_seed=6))
     assert first["kimera-mask-hard"] == other["kimera-mask-hard"]  # the search does not depend on mask_seed
     assert first["kimera-mask-random"] != other["kimera-mask-random"]
@@ -152,7 +152,7 @@ def test_score_seed_draws_other_scoring_sets_of_the_same_size(textcls_dir, tiny_
 def test_score_seed_reaches_the_mask_and_analysis_stages(tmp_path, textcls_dir, tiny_model):
     run = prepared(tmp_path, textcls_dir, variant="hard", score_seed=3)
     stages = {s.name: s for s in run.stages}
-    assert stages["kimera-mask-hard"].config.scoring.seed == 3 == stages["kimera-analysis"].config.scoring.seed
+    assert stages["kimera-mask-hard"].config.scoring.seed == 3 == stages["kimera-report"].config.scoring.seed
     assert keys(run)["kimera-mask-hard"] != keys(prepared(tmp_path, textcls_dir, variant="hard"))["kimera-mask-hard"]
     assert prepared(tmp_path, textcls_dir).stages[2].config.scoring.seed is None
 

@@ -57,11 +57,11 @@ def test_scoring_batches_are_length_sorted_and_order_maps_rows_to_features(textc
 def _mask_stage_run(tmp_path, textcls_dir, tiny_model, monkeypatch):
     """The kimera-mask-hard and kimera-search-report stages of a tiny run on a given model, and a context for
     each; the search's metric drops by 1 after round 0, so round 1 already fails (no redundant head)."""
-    from kinject.engine import prepare
+    from kinject.preparation import prepare
     from kinject.interfaces import Head, StageContext
     from kinject.models import load_tokenizer
     from kinject.plugins.kimera import search
-    from kinject.spec import build_spec
+    from kinject.spec_input import build_spec
     from kinject.plugins.training import build_task_model, save_model
 
     finetuned = tmp_path / "finetuned"

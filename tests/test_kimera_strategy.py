@@ -9,7 +9,8 @@ import pytest
 from helpers import PROBE_STAGES
 
 from kinject.errors import SpecError
-from kinject.spec import PluginRef, validate_plugin_config
+from kinject.spec import PluginRef
+from kinject.spec_input import validate_plugin_config
 
 
 def config(**options):
@@ -36,8 +37,8 @@ def test_variants_resolve_to_settings_and_bad_combinations_are_rejected():
 
 
 def prepared(tmp_path, textcls_dir, tiny_model, **strategy):
-    from kinject.engine import prepare
-    from kinject.spec import build_spec
+    from kinject.preparation import prepare
+    from kinject.spec_input import build_spec
 
     kg = tmp_path / "kg.tsv"
     kg.write_text("gene\tcauses\tdisease\ndrug\ttreatment\tcancer\ncell\tcauses\tcancer\n"
@@ -56,7 +57,7 @@ def prepared(tmp_path, textcls_dir, tiny_model, **strategy):
                 "kimera-pruned-finetune", "kimera-pruned-evaluate", "kimera-compare"]),
     ("no-mask", ["finetune", "evaluate", "kimera-retrain", "kimera-finetune", "kimera-evaluate", "kimera-compare"]),
     ("soft", ["finetune", "evaluate", "kimera-mask-soft", "kimera-search-report", "kimera-retrain", "kimera-finetune",
-              "kimera-evaluate", "kimera-analysis", "kimera-compare"]),
+              "kimera-evaluate", "kimera-report", "kimera-compare"]),
 ])
 def test_stage_plan_per_variant(tmp_path, textcls_dir, tiny_model, variant, names):
     run = prepared(tmp_path, textcls_dir, tiny_model, variant=variant)
@@ -79,14 +80,15 @@ def test_sampling_and_scoring_cap_reach_their_stages(tmp_path, textcls_dir, tiny
     stages = {s.name: s for s in run.stages}
     assert stages["kimera-retrain"].config.task_sampling == "uniform"
     assert stages["kimera-mask-hard"].config.scoring.examples == 100
-    assert stages["kimera-analysis"].config.scoring == stages["kimera-mask-hard"].config.scoring  # same set
+    assert stages["kimera-report"].config.scoring == stages["kimera-mask-hard"].config.scoring  # same set
     with pytest.raises(SpecError, match="strategy.task_sampling"):
         config(task_sampling="random")
 
 
 def test_validate_resolves_the_kg_and_stages_name_their_inputs_in_their_configs(tmp_path, textcls_dir, tiny_model):
-    from kinject.engine import plan, prepare
-    from kinject.spec import build_spec
+    from kinject.keys import plan
+    from kinject.preparation import prepare
+    from kinject.spec_input import build_spec
 
     spec = build_spec({"model": {"name": "tiny", "max_length": 32},
                        "task": {"name": "textcls", "path": str(textcls_dir)},
@@ -98,9 +100,9 @@ def test_validate_resolves_the_kg_and_stages_name_their_inputs_in_their_configs(
     assert stages["kimera-retrain"].config.source == run.resolved.source
     assert stages["kimera-mask-hard"].config.model_stage == "finetune"
     assert stages["kimera-mask-random"].config.mask_stage == "kimera-mask-hard"
-    assert stages["kimera-retrain"].config.mask_stage == stages["kimera-analysis"].config.mask_stage == \
+    assert stages["kimera-retrain"].config.mask_stage == stages["kimera-report"].config.mask_stage == \
         "kimera-mask-random"
-    assert stages["kimera-analysis"].config.model_stage == "kimera-finetune"
+    assert stages["kimera-report"].config.model_stage == "kimera-finetune"
     for stage in run.stages:  # every stage a config names is an input of its stage
         named = {getattr(stage.config, f, None) for f in ("model_stage", "mask_stage")} - {None}
         assert named <= set(stage.inputs), stage.name
@@ -117,7 +119,7 @@ def test_validate_resolves_the_kg_and_stages_name_their_inputs_in_their_configs(
 
 
 def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):
-    from kinject.engine import plan
+    from kinject.keys import plan
     from kinject.plugins.finetune.strategy import FinetuneStrategy
 
     run = prepared(tmp_path, textcls_dir, tiny_model, variant="hard")
@@ -154,10 +156,10 @@ def test_end_to_end_hard_mask_run_writes_masks_model_metrics_and_analysis(tmp_pa
     assert retrained["mlm_head"] == "random"  # the tiny model ships no MLM head
     hard = torch.tensor(masks["hard"])
     assert hard.shape == (2, 4) and set(hard.unique().tolist()) <= {0.0, 1.0}
-    analysis = json.loads((Path(dirs["kimera-analysis"]) / "analysis.json").read_text())
+    analysis = json.loads((Path(dirs["kimera-report"]) / "analysis.json").read_text())
     assert analysis["table3"]["frozen"]["heads"] + analysis["table3"]["retrained"]["heads"] == 8
     for png in ("1-mask", "2-importance-before", "3-importance-after", "4-importance-per-layer"):
-        assert (Path(dirs["kimera-analysis"]) / "plots" / f"{png}.png").stat().st_size > 1000
+        assert (Path(dirs["kimera-report"]) / "plots" / f"{png}.png").stat().st_size > 1000
         assert (tmp_path / "run" / "plots" / f"{png}.png").exists()  # exported into the run directory
     assert json.loads((tmp_path / "run" / "analysis.json").read_text()) == analysis
     assert json.loads((tmp_path / "run" / "masks.json").read_text()) == masks

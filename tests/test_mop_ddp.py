@@ -16,7 +16,7 @@ from test_mop_strategy import write_kg
 def test_two_processes_share_the_parts_and_match_the_single_process_run(tmp_path, textcls_dir, tiny_model):
     import torch
 
-    from helpers import run_kinject
+    from helpers import free_port, run_kinject
 
     kg = write_kg(tmp_path / "kg.tsv", clusters=2)
     args = ["run", "mop", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
@@ -32,7 +32,7 @@ def test_two_processes_share_the_parts_and_match_the_single_process_run(tmp_path
         torch.set_num_threads(threads)
     env = dict(os.environ, OMP_NUM_THREADS="1", KINJECT_PROGRESS="0")
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                             "29541", "-m", "kinject", *args, "--cache-dir", str(tmp_path / "cache-ddp"),
+                             free_port(), "-m", "kinject", *args, "--cache-dir", str(tmp_path / "cache-ddp"),
                              "-o", str(tmp_path / "run-ddp")], capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     stages = {name: {s["name"]: s for s in json.loads((tmp_path / f"run-{name}" / "run.json").read_text())["stages"]}

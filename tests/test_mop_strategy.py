@@ -44,8 +44,8 @@ def spec(tmp_path, textcls_dir, kg: Path | None, model_updates: dict | None = No
 
 
 def prepared(tmp_path, textcls_dir, kg, model_updates: dict | None = None, **strategy):
-    from kinject.engine import prepare
-    from kinject.spec import build_spec
+    from kinject.preparation import prepare
+    from kinject.spec_input import build_spec
 
     return prepare(build_spec(spec(tmp_path, textcls_dir, kg, model_updates, **strategy)))
 
@@ -63,8 +63,8 @@ def prepared(tmp_path, textcls_dir, kg, model_updates: dict | None = None, **str
      "strategy.adapter: rejected by adapters for this model"),
     (["sources.0.path=EMPTY"], "sources.0: knowledge source 'triples' yields no triples"),
     (["strategy.adapters_used=[0,3]"], "strategy.adapters_used: part 3 but only 3 partitions (0..2)"),
-    (["strategy.adapters_used=[1,1]"], "strategy.adapters_used: Value error, parts must be distinct"),
-    (["strategy.adapters_used=[]"], "strategy.adapters_used: Value error, name at least one part"),
+    (["strategy.adapters_used=[1,1]"], "strategy.adapters_used: parts must be distinct"),
+    (["strategy.adapters_used=[]"], "strategy.adapters_used: name at least one part"),
     (["strategy.mixture=moe", "strategy.top_k=3", "strategy.adapters_used=[0,2]"],
      "strategy.top_k: 3 adapters per token but only 2 adapters in strategy.adapters_used"),
     (["strategy.entity_head=random"], "strategy.entity_head: Input should be 'names', 'linear' or 'frozen-random'"),
@@ -86,13 +86,13 @@ def test_bad_input_is_one_line_exit_2_before_any_stage(tmp_path, textcls_dir, kg
 # -- the plan ---------------------------------------------------------------------------------------------- #
 def test_stage_plan_spreads_the_adapters_and_keys_the_knowledge_side_without_the_task(tmp_path, textcls_dir,
                                                                                        kg_file):
-    from kinject.engine import plan
+    from kinject.keys import plan
     from kinject.plugins.finetune.strategy import FinetuneStrategy
 
     run = prepared(tmp_path, textcls_dir, kg_file)
     names = [s.name for s in run.strategy.stages(run)]  # (hook plugins may add stages after these)
     assert names == ["finetune", "evaluate", "mop-partition", "mop-adapter-0", "mop-adapter-1", "mop-adapter-2",
-                     "mop-finetune", "mop-evaluate", "mop-analysis", "mop-compare"]
+                     "mop-finetune", "mop-evaluate", "mop-report", "mop-compare"]
     spread = [s.name for s in run.stages if s.spread]
     assert spread == ["mop-adapter-0", "mop-adapter-1", "mop-adapter-2"]
     assert all("adapters" in s.libraries for s in run.stages if s.name.startswith("mop-") and s.name != "mop-compare"
@@ -129,7 +129,8 @@ def test_default_source_is_the_embedded_hpo_graph(tmp_path, textcls_dir):
 # -- partition and adapters --------------------------------------------------------------------------------- #
 def run_stages(run, names, dirs: dict | None = None):
     """Run the planned stages named in ``names`` (given ``dirs``: the folders of stages already run)."""
-    from kinject.engine import plan, run_stage
+    from kinject.keys import plan
+    from kinject.stage_runner import run_stage
 
     dirs = dict(dirs or {})
     for planned in plan(run):
@@ -255,7 +256,7 @@ def test_part_rows_are_labelled_with_their_own_tail_and_head(tmp_path, kg_file, 
 def test_each_stage_is_keyed_by_its_own_code_only(tmp_path, textcls_dir, kg_file):
     """Editing the analysis or the mixture must not retrain the K adapters (their keys hold their own code), and the
     fused fine-tune and its evaluation are the kernel's bodies keyed by the fusion code only."""
-    from kinject.engine import plan
+    from kinject.keys import plan
 
     record = {p.stage.name: p.record for p in plan(prepared(tmp_path, textcls_dir, kg_file))}
     code = {name: set(r["code"]) for name, r in record.items()}
@@ -264,7 +265,7 @@ def test_each_stage_is_keyed_by_its_own_code_only(tmp_path, textcls_dir, kg_file
     assert ours["mop-partition"] == {"partition", "stages"}
     assert ours["mop-adapter-0"] == {"entity_prediction", "part_adapters", "partition", "stages"}
     assert ours["mop-finetune"] == ours["mop-evaluate"] == {"fusion", "part_adapters"}  # no KG code either
-    assert ours["mop-analysis"] == {"report", "fusion", "part_adapters", "stages"}
+    assert ours["mop-report"] == {"report", "fusion", "part_adapters", "stages"}
     assert not any(m.startswith("kinject.plugins.knowledge") for m in code["mop-finetune"])
     assert record["mop-finetune"]["body"] == "kinject.plugins.training.stages.finetune_body"  # the one fine-tune body
     assert record["mop-evaluate"]["body"] == "kinject.plugins.training.stages.evaluate_body"
@@ -338,7 +339,7 @@ def test_prior_accuracy_is_what_answering_the_most_frequent_training_tail_scores
 
 # -- which adapters a run uses, the entity heads, fusion-only training, the paper protocol -------------------- #
 def test_a_subset_or_one_adapter_plans_only_those_adapters_under_the_full_runs_keys(tmp_path, textcls_dir, kg_file):
-    from kinject.engine import plan
+    from kinject.keys import plan
 
     full = {p.stage.name: p for p in plan(prepared(tmp_path, textcls_dir, kg_file))}
     for used, label in (([2, 0], "mop-softmax-parts-0-2"), ([1], "mop-part-1-alone")):
@@ -352,7 +353,7 @@ def test_a_subset_or_one_adapter_plans_only_those_adapters_under_the_full_runs_k
         assert planned["mop-finetune"].stage.config.adapters == adapters
         assert planned["mop-finetune"].key != full["mop-finetune"].key
         assert planned["mop-compare"].stage.config.labels == ("finetune", label)
-        assert ("mixture.json" in planned["mop-analysis"].stage.artifacts) == (len(used) > 1)
+        assert ("mixture.json" in planned["mop-report"].stage.artifacts) == (len(used) > 1)
     everything = {p.stage.name: p.key for p in plan(prepared(tmp_path, textcls_dir, kg_file, adapters_used=[0, 1, 2]))}
     assert everything == {name: p.key for name, p in full.items()}
 
@@ -422,8 +423,9 @@ def test_a_damaged_saved_adapter_fails_the_fused_fine_tune(tmp_path, textcls_dir
 
 
 def test_the_paper_protocol_sets_the_papers_settings_where_the_run_sets_none(tmp_path, textcls_dir, kg_file):
-    from kinject.engine import prepare
-    from kinject.spec import apply_protocol, apply_recommended, build_spec
+    from kinject.preparation import prepare
+    from kinject.spec import apply_protocol, apply_recommended
+    from kinject.spec_input import build_spec
     from kinject.plugins.mop.strategy import MopStrategy
 
     data = spec(tmp_path, textcls_dir, kg_file)

@@ -56,7 +56,7 @@ def test_peft_reaches_a_method_s_final_fine_tune(tmp_path, textcls_dir, tiny_mod
                    "--set", f"strategy.intermediate=[{{name: textcls, path: {other}}}]", "--set", "training.epochs=1",
                    "--set", "training.peft.method=lora", "-o", str(out)) == 0
     stages = {s["name"]: Path(s["dir"]) for s in json.loads((out / "run.json").read_text())["stages"]}
-    for name in ("intermediate-1-textcls", "finetune"):
+    for name in ("stilt-intermediate-1-textcls", "stilt-finetune"):
         assert (stages[name] / "peft-adapter").is_dir(), name
 
 

@@ -14,7 +14,7 @@ from test_pretrain_strategy import prepare, spec, write_corpus
 
 def plans(tmp_path, corpus, task=None, **strategy) -> tuple[dict, dict]:
     """(stages by name, keys by name) of a prepared run."""
-    from kinject.engine import plan
+    from kinject.keys import plan
 
     run = prepare(spec(tmp_path, corpus, task, **strategy))
     return {s.name: s for s in run.stages}, {p.stage.name: p.key for p in plan(run)}
@@ -61,7 +61,8 @@ def test_control_plans_share_the_corpus_head_and_held_out_texts(tmp_path, tiny_m
 def test_options_are_checked_and_the_paper_protocol_masks_whole_words():
     from kinject.errors import SpecError
     from kinject.plugins.pretrain.strategy import PretrainStrategy
-    from kinject.spec import PluginRef, validate_plugin_config
+    from kinject.spec import PluginRef
+    from kinject.spec_input import validate_plugin_config
 
     assert PretrainStrategy.protocols["paper"]["strategy"]["mask_unit"] == "whole_word"
     config = validate_plugin_config(PretrainStrategy, PluginRef(name="pretrain"), "strategy")
@@ -112,7 +113,9 @@ def test_shuffled_texts_keep_each_texts_words():
 def test_general_control_trains_the_same_steps_from_the_same_start(domain_run, general_texts):
     import hashlib
 
-    from kinject.engine import execute, plan
+    from kinject.engine import execute
+
+    from kinject.keys import plan
 
     root, corpus, domain = domain_run
     run = prepare(spec(root, corpus, mlm_steps=STEPS, mlm_corpus="general"))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import free_port
 from helpers import run_kinject as kinject
 
 WORDS = ("gene expression protein cell tumor patients drug dose lymphoma insulin receptor kinase pathway mutation "
@@ -35,8 +36,8 @@ def spec(tmp_path: Path, corpus: Path, task: dict | None = None, **strategy) -> 
 
 
 def prepare(data: dict):
-    from kinject.engine import prepare as engine_prepare
-    from kinject.spec import build_spec
+    from kinject.preparation import prepare as engine_prepare
+    from kinject.spec_input import build_spec
 
     return engine_prepare(build_spec(data))
 
@@ -44,7 +45,8 @@ def prepare(data: dict):
 def test_config_rejects_inconsistent_settings():
     from kinject.errors import SpecError
     from kinject.plugins.pretrain.strategy import PretrainStrategy
-    from kinject.spec import PluginRef, validate_plugin_config
+    from kinject.spec import PluginRef
+    from kinject.spec_input import validate_plugin_config
 
     def config(**options):
         return validate_plugin_config(PretrainStrategy, PluginRef(name="pretrain", **options), "strategy")
@@ -85,7 +87,7 @@ def test_bad_input_fails_before_any_stage(tmp_path, tiny_model, capsys, name, co
 
 
 def test_stage_plans(tmp_path, tiny_model, textcls_dir):
-    from kinject.engine import plan
+    from kinject.keys import plan
 
     corpus = write_corpus(tmp_path / "corpus.txt", 20)
     names = lambda **kw: [s.name for s in prepare(spec(tmp_path, corpus, **kw)).stages]  # noqa: E731
@@ -168,7 +170,9 @@ def test_continual_without_a_task_lowers_perplexity_and_loads(tmp_path, tiny_mod
 def test_scratch_with_in_domain_vocabulary_and_a_task(tmp_path, tiny_model, textcls_dir):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from kinject.engine import execute, plan
+    from kinject.engine import execute
+
+    from kinject.keys import plan
 
     test_text = json.loads((textcls_dir / "test.jsonl").read_text().splitlines()[0])["text"]
     corpus = write_corpus(tmp_path / "corpus.txt", 200, extra=(f"Some prefix here. {test_text}. And a suffix.",))
@@ -198,7 +202,7 @@ def test_torchrun_two_cpu_processes(tmp_path, tiny_model):
     corpus = write_corpus(tmp_path / "corpus.txt", 200)
     out = tmp_path / "ddp"
     env = dict(os.environ, OMP_NUM_THREADS="1", KINJECT_CACHE_DIR=str(tmp_path / "cache"))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29541",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", free_port(),
            "-m", "kinject", "run", "pretrain", "--model", "tiny", "--set", "model.max_length=64",
            "--set", f'sources=[{{"name": "corpus", "paths": ["{corpus}"]}}]', "--set", "strategy.mlm_steps=6",
            "--set", "strategy.mlm_batch_size=4", "--set", "strategy.head_steps=4", "--set", "strategy.eval_max_texts=10",

@@ -165,3 +165,29 @@ def test_the_probe_is_a_section_of_the_run_s_metrics(probed_runs):
     assert section["auroc"] == probe["model"]["auroc"] and section["base_auroc"] == probe["base"]["auroc"]
     assert section["gain_auroc"] == pytest.approx(probe["model"]["auroc"] - probe["base"]["auroc"])
     assert section["chance"] == 0.5
+
+
+def test_the_probe_gain_interval_is_sklearn_s_auroc_on_every_resample():
+    """The vectorised bootstrap (all replicates at once, ties counted half) gives what roc_auc_score gives on each
+    replicate's examples, so the interval is the one the per-replicate loop gave, in a fraction of the time."""
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    from kinject.plugins.knowledge.probe import RESAMPLES, gain_interval, weighted_auroc
+
+    rng = np.random.default_rng(3)
+    rows = [{"label": "yes" if i % 2 == 0 else "no", "group": f"h{i // 2}"} for i in range(60)]
+    y = np.array([r["label"] == "yes" for r in rows])
+    model, base = np.round(rng.random(60), 1) + 0.2 * y, np.round(rng.random(60), 1)  # ties on purpose
+    draws = np.random.default_rng(0).integers(0, 30, (RESAMPLES, 30))
+    names = sorted({r["group"] for r in rows})  # a draw names the g-th group in sorted order, as the loop did
+    expected = []
+    for row in draws:
+        take = np.concatenate([[2 * int(names[g][1:]), 2 * int(names[g][1:]) + 1] for g in row])
+        expected.append(roc_auc_score(y[take], model[take]) - roc_auc_score(y[take], base[take]))
+    low, high = gain_interval({"test": rows}, model.tolist(), base.tolist())
+    assert np.allclose([low, high], np.quantile(expected, [0.025, 0.975]), atol=1e-12)
+    assert low < high
+    counts = np.bincount(rng.integers(0, 60, 60), minlength=60)
+    assert weighted_auroc(model, y, counts[None])[0] == pytest.approx(roc_auc_score(np.repeat(y, counts),
+                                                                                    np.repeat(model, counts)))

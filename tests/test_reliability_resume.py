@@ -66,7 +66,7 @@ def pretrain_args(tmp_path: Path, data: Path) -> list[str]:
 
 CASES = {  # stage type -> (arguments, the stage interrupted)
     "finetune": (finetune_args, "finetune"),
-    "stilt-intermediate": (stilt_args, "intermediate-1-textcls"),
+    "stilt-intermediate": (stilt_args, "stilt-intermediate-1-textcls"),
     "kimera-retrain": (kimera_args, "kimera-retrain"),
     "mop-adapter": (mop_args, "mop-adapter-1"),
     "doktra-distill": (doktra_args, "doktra-distill"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kinject.errors import SpecError
-from kinject.spec import apply_overrides, build_spec, load_yaml
+from kinject.spec_input import apply_overrides, build_spec, load_yaml
 
 
 def test_defaults_and_overrides_are_typed():
@@ -34,7 +34,7 @@ def test_bad_value_names_field_and_constraint():
 
 
 def test_plugin_config_errors_carry_the_spec_path(cache_dir):
-    from kinject.engine import resolve_components
+    from kinject.preparation import resolve_components
 
     spec = build_spec({"task": {"name": "textcls", "multi_labl": True}})
     with pytest.raises(SpecError, match=r"^task.multi_labl: unknown field; allowed: .*multi_label"):
@@ -42,7 +42,7 @@ def test_plugin_config_errors_carry_the_spec_path(cache_dir):
 
 
 def test_unknown_plugin_name_suggests(cache_dir):
-    from kinject.engine import resolve_components
+    from kinject.preparation import resolve_components
     from kinject.errors import UnknownNameError
 
     spec = build_spec({"task": {"name": "textcl"}, "strategy": {"name": "finetun"}})

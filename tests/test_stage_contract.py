@@ -20,18 +20,18 @@ def spec_for(data: Path, cache: Path, **training) -> dict:
 
 
 def planned(spec: dict) -> dict:
-    from kinject import engine
-    from kinject.spec import build_spec
+    from kinject import keys, preparation
+    from kinject.spec_input import build_spec
 
-    run = engine.prepare(build_spec(spec))
-    return {p.stage.name: p for p in engine.plan(run)}
+    run = preparation.prepare(build_spec(spec))
+    return {p.stage.name: p for p in keys.plan(run)}
 
 
 def run_spec(spec: dict, out: Path) -> dict:
-    from kinject import engine
-    from kinject.spec import build_spec
+    from kinject import engine, preparation
+    from kinject.spec_input import build_spec
 
-    engine.execute(engine.prepare(build_spec(spec)), out)
+    engine.execute(preparation.prepare(build_spec(spec)), out)
     return {s["name"]: s for s in json.loads((out / "run.json").read_text())["stages"]}
 
 
@@ -149,9 +149,9 @@ def test_editing_a_stage_s_code_reruns_it(tmp_path, textcls_dir, tiny_model, mon
     module.write_text(module.read_text().replace('" v1"', '" v2"'))  # the body's code changes
     plan = planned(spec)["probe-write"]
     assert not plan.cached
-    from kinject import engine
+    from kinject import keys
 
-    assert "code changed: kinject_probe_strategy" in engine.explain_miss(plan, tmp_path / "cache")
+    assert "code changed: kinject_probe_strategy" in keys.explain_miss(plan, tmp_path / "cache")
 
 
 def test_a_closure_is_not_a_stage_body(tmp_path, textcls_dir, tiny_model, capsys):
@@ -294,24 +294,24 @@ def test_broken_command_plugin_says_why(monkeypatch, capsys):
 
 
 def test_task_recommended_settings_apply_unless_set(tmp_path, textcls_dir, tiny_model, monkeypatch):
-    from kinject import engine
+    from kinject import engine, preparation
     from kinject.registry import registry
-    from kinject.spec import build_spec
+    from kinject.spec_input import build_spec
 
     cls = registry("tasks").get("textcls")
     monkeypatch.setattr(cls, "recommended", {"training": {"learning_rate": 3e-4, "min_steps": 20},
                                              "model": {"pooling": "mean"}})
     base = {"task": {"name": "textcls", "path": str(textcls_dir)}, "model": {"name": "tiny"},
             "cache_dir": str(tmp_path)}
-    run = engine.prepare(build_spec(base))
+    run = preparation.prepare(build_spec(base))
     assert run.spec.training.learning_rate == 3e-4 and run.spec.model.pooling == "mean"
     assert run.recommended == {"training.learning_rate": 3e-4, "training.min_steps": 20, "model.pooling": "mean"}
-    mine = engine.prepare(build_spec({**base, "training": {"learning_rate": 1e-5}}))
+    mine = preparation.prepare(build_spec({**base, "training": {"learning_rate": 1e-5}}))
     assert mine.spec.training.learning_rate == 1e-5 and mine.spec.training.min_steps == 20
-    off = engine.prepare(build_spec({**base, "recommended": False}))
+    off = preparation.prepare(build_spec({**base, "recommended": False}))
     assert off.spec.training.learning_rate == 5e-5 and off.recommended == {}
     # min_steps: 48 examples, batch 16, 1 epoch = 3 steps -> 20 steps
-    metrics = engine.execute(engine.prepare(build_spec({**base, "training": {"epochs": 1}})), tmp_path / "run")
+    metrics = engine.execute(preparation.prepare(build_spec({**base, "training": {"epochs": 1}})), tmp_path / "run")
     assert metrics["train"]["global_step"] == 20
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["recommended"]["applied"]["training.min_steps"] == 20

@@ -36,10 +36,10 @@ def spec_data(target: Path, intermediate: list, cache_dir: Path, tiny_model: str
 
 
 def execute(data: dict, output: Path) -> dict:
-    from kinject import engine
-    from kinject.spec import build_spec
+    from kinject import engine, preparation
+    from kinject.spec_input import build_spec
 
-    engine.execute(engine.prepare(build_spec(data)), output)
+    engine.execute(preparation.prepare(build_spec(data)), output)
     return json.loads((output / "run.json").read_text())
 
 
@@ -71,8 +71,8 @@ def stilt_runs(tmp_path_factory, cache_dir, tiny_model):
 
 
 def test_config_accepts_names_and_mappings_and_names_bad_fields(tmp_path, tiny_model):
-    from kinject.engine import prepare
-    from kinject.spec import build_spec
+    from kinject.preparation import prepare
+    from kinject.spec_input import build_spec
 
     folder = write_textcls(tmp_path / "d", n_train=4, n_eval=2)
 
@@ -83,9 +83,9 @@ def test_config_accepts_names_and_mappings_and_names_bad_fields(tmp_path, tiny_m
         return prepare(build_spec(data))  # the intermediate tasks are resolved and checked before any stage
 
     chained = strategy([{"name": "textcls", "path": str(folder)}] * 2)
-    assert [t.name for t in chained.resolved] == ["textcls", "textcls"]
+    assert [t.name for t in chained.resolved.tasks] == ["textcls", "textcls"]
     one = strategy([{"name": "textcls", "path": str(folder), "training": {"epochs": 1}}])
-    assert str(one.resolved[0].config.path) == str(folder)
+    assert str(one.resolved.tasks[0].config.path) == str(folder)
     assert one.strategy.config.intermediate[0].training.epochs == 1
     from kinject.plugins.stilt.config import StiltConfig
 
@@ -102,31 +102,31 @@ def test_config_accepts_names_and_mappings_and_names_bad_fields(tmp_path, tiny_m
 
 
 def test_missing_intermediate_data_fails_before_any_stage(tmp_path, cache_dir, tiny_model):
-    from kinject import engine
-    from kinject.spec import build_spec
+    from kinject import engine, preparation
+    from kinject.spec_input import build_spec
 
     target = write_textcls(tmp_path / "t", n_train=4, n_eval=2)
     data = spec_data(target, [{"name": "textcls", "path": str(tmp_path / "absent")}], cache_dir, tiny_model)
     with pytest.raises(DataMissingError, match=r"strategy\.intermediate\.0 \(textcls\): no train\.jsonl"):
-        engine.execute(engine.prepare(build_spec(data)), tmp_path / "out")
+        engine.execute(preparation.prepare(build_spec(data)), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
 def test_training_overrides_reach_only_the_intermediate_stage(tmp_path, tiny_model, cache_dir):
-    from kinject import engine
-    from kinject.spec import build_spec
+    from kinject import keys, preparation
+    from kinject.spec_input import build_spec
 
     folder = write_textcls(tmp_path / "e", n_train=4, n_eval=2)
     inter = [{"name": "textcls", "path": str(folder), "training": {"learning_rate": 0.5, "head_learning_rate": 0.25}}]
-    run = engine.prepare(build_spec(spec_data(folder, inter, cache_dir, tiny_model, training={"epochs": 2})))
-    stages = {p.stage.name: p.stage for p in engine.plan(run)}
-    assert list(stages) == ["intermediate-1-textcls", "finetune", "evaluate", *PROBE_STAGES]
-    assert stages["intermediate-1-textcls"].config.training.learning_rate == 0.5
-    assert stages["intermediate-1-textcls"].config.training.head_learning_rate == 0.25  # its own head's rate
-    assert stages["intermediate-1-textcls"].config.training.epochs == 2
-    assert stages["finetune"].config.training.learning_rate == FAST["learning_rate"]
-    assert stages["finetune"].config.training.head_learning_rate != 0.25
-    assert stages["finetune"].inputs == ("intermediate-1-textcls",)
+    run = preparation.prepare(build_spec(spec_data(folder, inter, cache_dir, tiny_model, training={"epochs": 2})))
+    stages = {p.stage.name: p.stage for p in keys.plan(run)}
+    assert list(stages) == ["stilt-intermediate-1-textcls", "stilt-finetune", "stilt-evaluate", *PROBE_STAGES]
+    assert stages["stilt-intermediate-1-textcls"].config.training.learning_rate == 0.5
+    assert stages["stilt-intermediate-1-textcls"].config.training.head_learning_rate == 0.25  # its own head's rate
+    assert stages["stilt-intermediate-1-textcls"].config.training.epochs == 2
+    assert stages["stilt-finetune"].config.training.learning_rate == FAST["learning_rate"]
+    assert stages["stilt-finetune"].config.training.head_learning_rate != 0.25
+    assert stages["stilt-finetune"].inputs == ("stilt-intermediate-1-textcls",)
 
 
 def test_target_starts_from_the_intermediate_encoder_with_a_fresh_head(stilt_runs, tiny_model):
@@ -136,11 +136,11 @@ def test_target_starts_from_the_intermediate_encoder_with_a_fresh_head(stilt_run
     from kinject.interfaces import Head
     from kinject.plugins.training import build_task_model
 
-    assert stilt_runs["trained_first"] == ["intermediate-1-textcls", "finetune"]
+    assert stilt_runs["trained_first"] == ["stilt-intermediate-1-textcls", "stilt-finetune"]
     first = {r["name"]: r for r in stilt_runs["first"]["stages"]}
-    saved = load_file(str(Path(first["intermediate-1-textcls"]["dir"]) / "model" / "model.safetensors"))
+    saved = load_file(str(Path(first["stilt-intermediate-1-textcls"]["dir"]) / "model" / "model.safetensors"))
     stage, start = stilt_runs["started"][1]
-    assert stage == "finetune"
+    assert stage == "stilt-finetune"
     encoder = [k for k in start if k.startswith("bert.")]
     assert encoder and all(torch.equal(start[k], saved[k]) for k in encoder)
     # ... and the intermediate stage really trained (else equality with the base model would be trivial)
@@ -157,12 +157,13 @@ def test_target_starts_from_the_intermediate_encoder_with_a_fresh_head(stilt_run
 def test_second_target_reuses_the_cached_intermediate(stilt_runs):
     first = {r["name"]: r for r in stilt_runs["first"]["stages"]}
     second = {r["name"]: r for r in stilt_runs["second"]["stages"]}
-    inter = "intermediate-1-textcls"
+    inter = "stilt-intermediate-1-textcls"
     assert first[inter]["cached"] is False and second[inter]["cached"] is True
     assert second[inter]["key"] == first[inter]["key"]
-    assert second["finetune"]["cached"] is False and second["finetune"]["key"] != first["finetune"]["key"]
+    target = "stilt-finetune"
+    assert second[target]["cached"] is False and second[target]["key"] != first[target]["key"]
     retrained = [stage for stage, _ in stilt_runs["started"][len(stilt_runs["trained_first"]):]]
-    assert retrained == ["finetune"]  # the 3-label target only
+    assert retrained == ["stilt-finetune"]  # the 3-label target only
     _, start = stilt_runs["started"][-1]
     assert start["classifier.weight"].shape[0] == 3
     metrics = json.loads((stilt_runs["root"] / "run-c" / "metrics.json").read_text())
@@ -291,15 +292,15 @@ def test_token_level_intermediate_keeps_the_base_pooler_for_a_sequence_target(tm
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kinject.plugins.training.loop, "train", spy)
         run = execute(data, tmp_path / "run")
-    assert list(started) == ["intermediate-1-ncbi-disease", "finetune"]
-    assert not any("pooler" in k for k in started["intermediate-1-ncbi-disease"])  # the token model has none
+    assert list(started) == ["stilt-intermediate-1-ncbi-disease", "stilt-finetune"]
+    assert not any("pooler" in k for k in started["stilt-intermediate-1-ncbi-disease"])  # the token model has none
     base = AutoModel.from_pretrained(tiny_model).pooler.dense
-    start = started["finetune"]
+    start = started["stilt-finetune"]
     assert torch.equal(start["bert.pooler.dense.weight"], base.weight)
     assert torch.equal(start["bert.pooler.dense.bias"], base.bias)
     # ... while the encoder the target starts from is the intermediate's (trained), not the base model's
     assert not torch.equal(start["bert.encoder.layer.0.attention.self.query.weight"],
                            AutoModel.from_pretrained(tiny_model).encoder.layer[0].attention.self.query.weight)
     # the intermediate model on disk carries the pooler, so plain AutoModel.from_pretrained loads it as well
-    inter = Path(next(s["dir"] for s in run["stages"] if s["name"] == "intermediate-1-ncbi-disease")) / "model"
+    inter = Path(next(s["dir"] for s in run["stages"] if s["name"] == "stilt-intermediate-1-ncbi-disease")) / "model"
     torch.testing.assert_close(AutoModel.from_pretrained(inter).pooler.dense.weight, base.weight, rtol=0, atol=0)

@@ -7,7 +7,7 @@ import random
 import torch
 
 from kinject.plugins.training import PaddingCounter
-from kinject.plugins.training.loop import LengthBucketSampler
+from kinject.plugins.training.batching import LengthBucketSampler
 
 
 def _batches(indices, size):

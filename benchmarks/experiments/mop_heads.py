@@ -33,8 +33,10 @@ COLUMNS = ["graph", "head", "epochs", "classes", "train rows", "held-out acc@1",
 
 def adapter_stats(graph: str, head: str, epochs: float, cache_dir: str, data_dir: str) -> dict:
     """Run (or reuse) the partition and part 0's adapter stage; its adapter.json."""
-    from kinject.engine import plan, prepare, run_stage
-    from kinject.spec import build_spec
+    from kinject.keys import plan
+    from kinject.stage_runner import run_stage
+    from kinject.preparation import prepare
+    from kinject.spec_input import build_spec
 
     strategy, sources = GRAPHS[graph]
     budget = {"adapter_epochs": epochs} if epochs else {"adapter_max_steps": 0}

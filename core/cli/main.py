@@ -84,7 +84,7 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
 
 
 def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir):
-    from kinject.spec import apply_overrides, build_spec, load_spec_file
+    from kinject.spec_input import apply_overrides, build_spec, load_spec_file
 
     data = load_spec_file(config) if config else {}
     if strategy:
@@ -108,17 +108,17 @@ def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, dat
 def _dry_run(run_ctx) -> None:
     import yaml
 
-    from kinject import engine
+    from kinject import outputs, keys, preparation
 
-    resolved = engine.resolved_spec(run_ctx.spec, run_ctx.task, run_ctx.strategy, run_ctx.sources)
+    resolved = preparation.resolved_spec(run_ctx.spec, run_ctx.task, run_ctx.strategy, run_ctx.sources)
     console.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False, highlight=False)
-    console.print(f"data: {engine.describe_data(run_ctx)}", markup=False)
+    console.print(f"data: {outputs.describe_data(run_ctx)}", markup=False)
     runs = [(name, member) for name, member, _ in run_ctx.members if member is not None] or [("", run_ctx)]
     total, unknown = 0.0, []
     for prefix, run in runs:
-        for line in engine.describe_training(run):
+        for line in outputs.describe_training(run):
             console.print(f"trains on: {line}", markup=False, highlight=False, soft_wrap=True)
-        for planned in engine.plan(run):
+        for planned in keys.plan(run):
             label = f"{prefix}/{planned.stage.name}" if prefix else planned.stage.name
             estimate = ""
             if not planned.cached:
@@ -129,7 +129,7 @@ def _dry_run(run_ctx) -> None:
                     total += seconds
                     estimate = f" (~{_duration(seconds)}: the median of this machine's earlier runs of it)"
             state = "[green]cache hit[/]" if planned.cached else \
-                f"miss{estimate}: {escape(engine.explain_miss(planned, run.env.cache_dir))}"
+                f"miss{estimate}: {escape(keys.explain_miss(planned, run.env.cache_dir))}"
             console.print(f"stage {escape(label):<24} {planned.key[:12]}  {state}", soft_wrap=True)
     console.print(f"estimated time: ~{_duration(total)} for the stages this machine has run before"
                   + (f"; no estimate for {', '.join(unknown)} (never run here)" if unknown else ""),
@@ -174,14 +174,14 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
                                      "why a miss), run nothing"),
         debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Run a strategy on a task: cached stages, run.json, metrics.json, predictions/, model/ (safetensors)."""
-    from kinject import engine
+    from kinject import distributed, engine, outputs, preparation
     from kinject.results import print_metrics
 
     if quick:
         sets = [*(sets or []), "protocol=quick"]
         limit = limit or 64
     spec = _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir)
-    out = Path(spec.output) if spec.output else engine.default_output(spec)
+    out = Path(spec.output) if spec.output else outputs.default_output(spec)
     command = ["kinject", *sys.argv[1:]] if _ARGV is None else ["kinject", *_ARGV]
     seeds = [spec.seed + i for i in range(repeats)]
     chosen = None
@@ -189,16 +189,16 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
         from kinject.choose import choose
 
         spec, chosen = choose(spec, lambda line: console.print(line, markup=False, highlight=False))
-    runs = [engine.prepare(spec.model_copy(update={"seed": s}), resume=resume, command=command) for s in seeds]
+    runs = [preparation.prepare(spec.model_copy(update={"seed": s}), resume=resume, command=command) for s in seeds]
     for prepared in runs:
         prepared.chosen = chosen
-    engine.check_output(out, runs[0].env)  # a folder a run may replace: before anything runs
+    outputs.check_output(out, runs[0].env)  # a folder a run may replace: before anything runs
     if dry_run:
         _dry_run(runs[0])
         return
     first = runs[0]
     console.print(f"[bold]{spec.strategy.name}[/] on [bold]{spec.task.name if spec.task else '(no task)'}[/] "
-                  f"(data: {engine.describe_data(first)}, model: {spec.model.name}"
+                  f"(data: {outputs.describe_data(first)}, model: {spec.model.name}"
                   f"{f', seeds {seeds[0]}..{seeds[-1]}' if repeats > 1 else ''}) -> {out}")
     if first.protocol:
         shown = ", ".join(f"{k}={v}" for k, v in first.protocol.items())
@@ -211,7 +211,7 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
         console.print(f"{name}={why} (set it to override)", markup=False, highlight=False)
     if repeats == 1:
         metrics = engine.execute(first, out)
-        if not engine.is_main_process():
+        if not distributed.is_main_process():
             return
         if first.members:
             console.print_json(data=metrics)
@@ -219,7 +219,7 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
             print_metrics(console, f"metrics ({out})", metrics, _splits(first))
         return
     summary = engine.execute_repeats(runs, out)
-    if engine.is_main_process():
+    if distributed.is_main_process():
         if first.members:
             console.print_json(data=summary)
         else:
@@ -242,7 +242,7 @@ def doctor():
 
     from kinject import __version__
     from kinject.models import offline
-    from kinject.spec import default_cache_dir, default_data_dir
+    from kinject.spec_input import default_cache_dir, default_data_dir
 
     table = Table(title="environment", title_justify="left", show_header=False)
     table.add_row("kinject", __version__)

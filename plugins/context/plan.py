@@ -9,13 +9,21 @@ from kinject.api import InputTransform, SourceRef, SpecError, Stage, TaskRef
 from kinject.plugins.training import evaluate_stage, finetune_stage
 
 from .config import ContextConfig
-from .stages import ContextFactsConfig, context_facts_body
+from .facts import context_facts_body
+from .stages import ContextFactsConfig
 
 FINETUNE, EVALUATE, FACTS = "context-finetune", "context-evaluate", "context-facts"
 TRANSFORM = "kinject.plugins.context.linking:add_context"
 
 
-def resolve(run, cfg: ContextConfig) -> SourceRef:
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """What ``ContextStrategy.validate`` resolved for its stages (``run.resolved``)."""
+
+    source: SourceRef  # the graph the inputs are linked to
+
+
+def resolve(run, cfg: ContextConfig) -> Resolved:
     """The graph the inputs are linked to: the run's one triples source, else the whole embedded HPO. SpecError for
     a task whose inputs are not texts (token tasks: the added text would shift the tags)."""
     if len(run.sources) > 1:
@@ -25,13 +33,13 @@ def resolve(run, cfg: ContextConfig) -> SourceRef:
                         f"task's tags; it supports sequence, pair and retrieval tasks, not {run.task.name!r} "
                         f"({run.task.kind})")
     if run.sources:
-        return run.source_refs()[0]
+        return Resolved(source=run.source_refs()[0])
     from kinject.api import registry
 
     cls = registry("sources").get("hpo")
     source = cls(cls.Config())
     source.check(run.env)
-    return run.source_ref(source, dataclasses.replace(run.env, limit=None))
+    return Resolved(source=run.source_ref(source, dataclasses.replace(run.env, limit=None)))
 
 
 def context_task(run, cfg: ContextConfig, source: SourceRef) -> TaskRef:
@@ -39,10 +47,10 @@ def context_task(run, cfg: ContextConfig, source: SourceRef) -> TaskRef:
     return run.task_ref().with_inputs(InputTransform(function=TRANSFORM, options=options, sources=(source,)))
 
 
-def context_stages(run, cfg: ContextConfig, source: SourceRef) -> list[Stage]:
+def context_stages(run, cfg: ContextConfig, resolved: Resolved) -> list[Stage]:
     """``context-facts`` (what is handed over, and the dose), ``context-finetune`` and ``context-evaluate`` on the
     transformed task."""
-    task = context_task(run, cfg, source)
+    task = context_task(run, cfg, resolved.source)
     tune = finetune_stage(run, FINETUNE)
     tune = dataclasses.replace(tune, config=tune.config.model_copy(update={"task": task}))
     evaluate = evaluate_stage(run, FINETUNE, name=EVALUATE)

@@ -9,18 +9,20 @@ the model is handed them" is measured on the footing the injection methods are.
 
 Stages: ``finetune`` + ``evaluate`` (the baseline, shared), ``context-facts`` (what is handed over; the dose),
 ``context-finetune`` + ``context-evaluate`` (on the transformed inputs: each prediction record carries its
-``context``), ``context-compare``.
+``context``), ``context-compare``. No report stage: ``context-facts`` already writes what was handed over (and the
+dose) and ``context-compare`` the paired result; the strategy has nothing else of its own to gather. Checks and
+builders in :mod:`.plan`, the config in :mod:`.stages`, the body in :mod:`.facts`.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from kinject.api import SourceRef, Stage, Strategy
+from kinject.api import Stage, Strategy
 from kinject.plugins.training import evaluate_stage, finetune_stage
 
 from .config import ContextConfig
-from .plan import EVALUATE, context_stages, resolve
+from .plan import EVALUATE, Resolved, context_stages, resolve
 
 
 class ContextStrategy(Strategy):
@@ -31,7 +33,8 @@ class ContextStrategy(Strategy):
     task_kinds: ClassVar[frozenset[str]] = frozenset({"sequence"})  # added text would shift a token task's tags
     protocols: ClassVar[dict] = {"quick": {"training": {"max_steps": 30}}}  # kinject run --quick
 
-    def validate(self, run) -> SourceRef:
+    def validate(self, run) -> Resolved:
+        """Everything that can fail, before any stage (:func:`.plan.resolve`): the graph the inputs are linked to."""
         super().validate(run)
         return resolve(run, self.config)
 

@@ -4,6 +4,7 @@ No stage body imports this module, so it is in no stage's key."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 from kinject.api import KinjectError, ModelRef, SpecError, Stage, TrainingSpec
@@ -12,20 +13,35 @@ from kinject.plugins.training import finetune_body, finetune_stage
 from .config import NEEDS_TEACHER, DoktraConfig
 from .distill import distill_body
 from .report import report_body
-from .stages import CalibratedConfig, DistillConfig, ImportConfig, ReportConfig, TeacherOutputsConfig
+from .stages import DistillConfig, ImportConfig, ReportConfig, TeacherOutputsConfig
 from .teacher import check_teacher, import_body, teacher_outputs_body, teacher_ref
 
 CLASSIFICATION = ("single_label_classification", "multi_label_classification")
 TEACHER, TEACHER_EVALUATE, OUTPUTS = "doktra-teacher", "doktra-teacher-evaluate", "doktra-teacher-outputs"
 STUDENT, STUDENT_EVALUATE = "finetune", "evaluate"  # the fine-tuned student: the `finetune` strategy's stages
-DISTILL, CP, FINAL = "doktra-distill", "doktra-cp", "doktra-evaluate"
+DISTILL, CP, FINAL, REPORT = "doktra-distill", "doktra-cp", "doktra-evaluate", "doktra-report"
 
 
 class Teacher(NamedTuple):
-    """The resolved teacher (``validate`` returns it; ``stages`` reads it from ``run.resolved``)."""
+    """The resolved teacher."""
 
     ref: ModelRef
     as_given: bool  # True: already a fine-tuned classifier of the task's labels (imported); False: trained with CTT
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """What ``DoktraStrategy.validate`` resolved for its stages (``run.resolved``)."""
+
+    teacher: Teacher | None = None  # None: the variant reads none and none is given
+
+
+def resolve(run, cfg: DoktraConfig) -> Resolved:
+    """Check the task, the teacher, the L_AT split and the switch step before any stage; return the teacher."""
+    teacher = resolve_teacher(cfg, run, classification_head(run))
+    analysis_split(cfg, run)
+    check_switch(cfg, run)
+    return Resolved(teacher=teacher)
 
 
 # -- checks (validate) ------------------------------------------------------------------------------- #
@@ -114,6 +130,8 @@ def check_switch(cfg: DoktraConfig, run) -> None:
 def calibrated_stage(run, name: str, beta: float, model: ModelRef | None = None,
                      training: TrainingSpec | None = None) -> Stage:
     """Fine-tune ``model`` (default: the run's) with L = CE - beta H(p): the shared fine-tune body."""
+    from .trainers import CalibratedConfig  # imports transformers: only when the stage is built
+
     base = dict(finetune_stage(run, name, training=training).config)
     config = CalibratedConfig(**{**base, "model": base["model"] if model is None else model}, beta=beta)
     return Stage(name=name, body=finetune_body, config=config, produces_model=True)
@@ -174,5 +192,5 @@ def report_stage(run, cfg: DoktraConfig, final_model: str, has_teacher: bool) ->
                           final=FINAL, baseline=STUDENT_EVALUATE, teacher=TEACHER_EVALUATE if has_teacher else None,
                           distill=DISTILL if final_model == DISTILL else None)
     inputs = tuple(s for s in (config.final, config.baseline, config.teacher, config.distill) if s)
-    return Stage(name="doktra-report", body=report_body, config=config, inputs=inputs,
+    return Stage(name=REPORT, body=report_body, config=config, inputs=inputs,
                  artifacts=("plots", "calibration.json"))

@@ -1,34 +1,19 @@
 """DoKTra's stage configs (what each key holds). The bodies live beside the code they run - :mod:`.teacher`
 (import, cached outputs), :mod:`.distill` (distillation + refinement), :mod:`.report` - and the calibrated
-fine-tunes run the kernel's shared fine-tune body, so a stage's code fingerprint holds only the modules it uses:
-editing the report does not re-train the teacher."""
+fine-tunes run the kernel's shared fine-tune body with ``CalibratedConfig``, which overrides its extension points
+and so lives beside the trainer it returns (:mod:`.trainers`), so a stage's code fingerprint holds only the modules
+it uses: editing the report does not re-train the teacher, and no stage configured here carries the trainers."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from kinject.api import Head, ModelRef, NOT_KEYED, StageConfig, TaskRef, TrainingSpec
-from kinject.plugins.training import FinetuneConfig
+from kinject.api import ModelRef, NOT_KEYED, StageConfig, TaskRef, TrainingSpec
 
 
-# -- calibrated fine-tuning (CTT, cp-only) and the given teacher ------------------------------------- #
-class CalibratedConfig(FinetuneConfig):
-    """Fine-tune ``model`` on the task (the shared fine-tune body) with L = mean(CE - beta H(p)): CTT for a teacher,
-    cp-only for a student; ``beta`` is written to train.json."""
-
-    beta: float
-
-    def trainer_class(self, head: Head):
-        from .trainers import calibrated_trainer
-
-        return calibrated_trainer(self.beta, head.problem_type)
-
-    def extra_stats(self) -> dict[str, Any]:
-        return {"beta": self.beta}
-
-
+# -- the given teacher ------------------------------------------------------------------------------- #
 class ImportConfig(StageConfig):
     """Take a teacher that is already fine-tuned on the task: its head's rows put in the task's label order."""
 

@@ -16,8 +16,8 @@ from typing import ClassVar
 from kinject.api import Stage, Strategy
 
 from .config import DoktraConfig
-from .plan import (FINAL, STUDENT, STUDENT_EVALUATE, TEACHER, TEACHER_EVALUATE, Teacher, analysis_split,
-                   check_switch, classification_head, report_stage, resolve_teacher, student_stages, teacher_stage)
+from .plan import (FINAL, STUDENT, STUDENT_EVALUATE, TEACHER, TEACHER_EVALUATE, Resolved, report_stage, resolve,
+                   student_stages, teacher_stage)
 
 
 class DoktraStrategy(Strategy):
@@ -36,20 +36,18 @@ class DoktraStrategy(Strategy):
         "quick": {"strategy": {"teacher_training": {"max_steps": 20}, "distill_training": {"max_steps": 20}},
                   "training": {"max_steps": 20}}}  # kinject run --quick
 
-    def validate(self, run) -> Teacher | None:
-        """Check the task, the teacher, the L_AT split and the switch step before any stage; returns the teacher
-        (None: the variant reads none and none is given), which :meth:`stages` reads as ``run.resolved``."""
+    def validate(self, run) -> Resolved:
+        """Check the task, the teacher, the L_AT split and the switch step before any stage (:func:`.plan.resolve`);
+        returns the teacher (None: the variant reads none and none is given), which :meth:`stages` reads as
+        ``run.resolved.teacher``."""
         super().validate(run)
-        teacher = resolve_teacher(self.config, run, classification_head(run))
-        analysis_split(self.config, run)
-        check_switch(self.config, run)
-        return teacher
+        return resolve(run, self.config)
 
     def stages(self, run) -> list[Stage]:
         from kinject.plugins.training import evaluate_stage, finetune_stage
         from kinject.plugins.evidence import compare_stage
 
-        cfg, teacher = self.config, run.resolved
+        cfg, teacher = self.config, run.resolved.teacher
         if cfg.variant == "student-ft":
             return [finetune_stage(run, STUDENT), evaluate_stage(run, STUDENT)]
         stages: list[Stage] = []

@@ -1,6 +1,6 @@
 """The teacher: its reference and checks (run before any stage, from :mod:`.plan`), a given fine-tuned teacher
 taken with its head put in the task's label order, and its frozen outputs cached once per example (the stage
-bodies at the end; CTT is the shared fine-tune body with :class:`.stages.CalibratedConfig`)."""
+bodies at the end; CTT is the shared fine-tune body with :class:`.trainers.CalibratedConfig`)."""
 
 from __future__ import annotations
 

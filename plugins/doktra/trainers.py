@@ -1,6 +1,8 @@
 """HF Trainer subclasses for DoKTra's losses (passed to ``kinject.plugins.training.train(trainer_cls=...)``).
 
-* :func:`calibrated_trainer`: L = mean(CE - beta H(p)) - calibrated teacher training (CTT) and cp-only.
+* :func:`calibrated_trainer`: L = mean(CE - beta H(p)) - calibrated teacher training (CTT) and cp-only, and
+  :class:`CalibratedConfig`, the fine-tune config whose ``trainer_class`` returns it (here, beside the code it calls:
+  a config's module joins the key of every stage configured from it).
 * :func:`distill_trainer`: before the switch step the distillation loss (the scaled AB hinge on the
   last-layer [CLS], or KD on logits), from the switch step on the refinement loss CE - beta2 H(p).
 
@@ -13,8 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from transformers import Trainer, TrainerCallback
+
+from kinject.api import Head
+from kinject.plugins.training import FinetuneConfig
 
 from .features import CACHED_KEYS, TEACHER, align, cls_and_logits, encoder_inputs
 from .losses import abd_loss, confidence_penalty_loss, kd_loss, task_loss
@@ -39,6 +45,19 @@ class CalibratedTrainer(Trainer):
 
 def calibrated_trainer(beta: float, problem_type: str) -> type[CalibratedTrainer]:
     return type("CalibratedTrainer", (CalibratedTrainer,), {"beta": beta, "problem_type": problem_type})
+
+
+class CalibratedConfig(FinetuneConfig):
+    """Fine-tune ``model`` on the task (the shared fine-tune body) with L = mean(CE - beta H(p)): CTT for a teacher,
+    cp-only for a student; ``beta`` is written to train.json."""
+
+    beta: float
+
+    def trainer_class(self, head: Head):
+        return calibrated_trainer(self.beta, head.problem_type)
+
+    def extra_stats(self) -> dict[str, Any]:
+        return {"beta": self.beta}
 
 
 @dataclass

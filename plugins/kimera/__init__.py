@@ -4,6 +4,6 @@ Modules: config, stages (stage configs), strategy (the `kimera` strategy and its
 builders); by concern: search (the mask-search stage), search_report (the rounds' paired intervals), scoring (the
 scoring set), importance (I_h and the search), gating (per-head gates via hooks, architecture map), masks (mask
 files, per-head update scaling, the random and given mask stages), retrain (the KG retraining stage), multitask
-(the multi-task KG model), heldout (held-out KG triples), pruning (the pruned baseline), report (the analysis
-stage: tables, heatmaps).
+(the multi-task KG model), heldout (held-out KG triples), pruning (the pruned baseline), report (the report
+stage, kimera-report: tables, heatmaps).
 """

@@ -13,7 +13,7 @@ from kinject.api import DataError, SourceRef, SpecError, Stage
 from kinject.plugins.training import evaluate_stage, finetune_stage
 
 from .config import KimeraConfig
-from .stages import (AnalysisConfig, GivenMaskConfig, MaskConfig, PrunedConfig, RandomMaskConfig, RetrainConfig,
+from .stages import (GivenMaskConfig, MaskConfig, PrunedConfig, RandomMaskConfig, ReportConfig, RetrainConfig,
                      ScoringConfig, SearchReportConfig)
 
 log = logging.getLogger("kinject")
@@ -21,7 +21,7 @@ log = logging.getLogger("kinject")
 PHASE1 = "finetune"  # the phase-1 task model (the finetune baseline's stage and key)
 RETRAIN, FINETUNE, EVALUATE = "kimera-retrain", "kimera-finetune", "kimera-evaluate"
 PRUNED, PRUNED_FINETUNE, PRUNED_EVALUATE = "kimera-pruned-encoder", "kimera-pruned-finetune", "kimera-pruned-evaluate"
-SEARCH_REPORT = "kimera-search-report"
+SEARCH_REPORT, REPORT = "kimera-search-report", "kimera-report"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +79,7 @@ def check_scoring(run, cfg: KimeraConfig) -> None:
 
 def given_masks(run, cfg: KimeraConfig) -> dict[str, list]:
     """The tables of strategy.mask_file the run uses: its mask of the variant's kind (hard for pruned and random)
-    and, when present, the first-round importance (needed by the analysis). Checked against the model's layers
+    and, when present, the first-round importance (needed by the report). Checked against the model's layers
     and heads."""
     from transformers import AutoConfig
 
@@ -98,7 +98,7 @@ def given_masks(run, cfg: KimeraConfig) -> dict[str, list]:
     try:
         return {name: load_mask(path, name, shape).tolist() for name in names}
     except DataError as exc:
-        hint = " (the analysis needs it; or set strategy.analysis=false)" if "importance" in exc.reason else ""
+        hint = " (kimera-report needs it; or set strategy.analysis=false)" if "importance" in exc.reason else ""
         raise DataError(f"strategy.mask_file: {exc.reason}{hint}", exc.path, exc.line) from None
 
 
@@ -171,7 +171,7 @@ def mask_stage(run, cfg: KimeraConfig, resolved: Resolved, kind: str) -> Stage:
 
 def retraining_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]:
     """The mask stages (none for mask none), ``kimera-retrain`` under their mask, ``kimera-finetune`` from the
-    retrained encoder, ``kimera-evaluate`` and, with a mask, ``kimera-analysis``."""
+    retrained encoder, ``kimera-evaluate`` and, with a mask, ``kimera-report``."""
     from .retrain import retrain_body
 
     mask, forward, scratch = cfg.settings()
@@ -189,12 +189,18 @@ def retraining_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]
                      produces_model=True),
                finetune_stage(run, FINETUNE, init_from=RETRAIN), evaluate_stage(run, FINETUNE, name=EVALUATE)]
     if cfg.analysis and masks:
-        from .report import analysis_body
-
-        config = AnalysisConfig(kind=mask, scoring=scoring_config(run, cfg), mask_stage=masks, model_stage=FINETUNE)
-        stages.append(Stage(name="kimera-analysis", body=analysis_body, config=config, inputs=(masks, FINETUNE),
-                            artifacts=("analysis.json", "plots")))
+        stages.append(report_stage(run, cfg, mask, masks))
     return stages
+
+
+def report_stage(run, cfg: KimeraConfig, kind: str, masks: str) -> Stage:
+    """``kimera-report``: head importance of the KIMERA task model against the mask and the first-round
+    importance (heatmaps, table 3)."""
+    from .report import report_body
+
+    config = ReportConfig(kind=kind, scoring=scoring_config(run, cfg), mask_stage=masks, model_stage=FINETUNE)
+    return Stage(name=REPORT, body=report_body, config=config, inputs=(masks, FINETUNE),
+                 artifacts=("analysis.json", "plots"))
 
 
 def pruned_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]:

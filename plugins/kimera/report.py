@@ -1,4 +1,4 @@
-"""The analysis stage (kimera-analysis, paper section 5): I_h of the KIMERA task model against the mask and the
+"""The report stage (kimera-report, paper section 5): I_h of the KIMERA task model against the mask and the
 first-round I_h, as heatmaps, the mean I_h of retrained vs frozen heads (table 3) and per-layer counts of heads
 whose importance rose or fell. The only module that plots (matplotlib, imported when a plot is drawn)."""
 
@@ -15,10 +15,10 @@ from kinject.plugins.training import load_task_model
 from .importance import normalize_importance, score_heads
 from .masks import load_mask
 from .scoring import scoring_set
-from .stages import AnalysisConfig
+from .stages import ReportConfig
 
 
-def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
+def report_body(cfg: ReportConfig, ctx: StageContext) -> None:
     """plots/*.png and analysis.json: the final model's I_h on the mask search's scoring set."""
     scoring = cfg.scoring
     task, env = scoring.task.build(), scoring.task.environment(ctx)

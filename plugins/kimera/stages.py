@@ -2,7 +2,7 @@
 
 The bodies live by concern: :mod:`.search` (kimera-mask-hard/soft), :mod:`.masks` (kimera-mask-random, a given
 mask), :mod:`.retrain` (kimera-retrain), :mod:`.pruning` (kimera-pruned-encoder), :mod:`.search_report`
-(kimera-search-report), :mod:`.report` (kimera-analysis).
+(kimera-search-report), :mod:`.report` (kimera-report).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class PrunedConfig(StageConfig):
     mask_stage: str  # the input stage whose masks.json holds the hard mask
 
 
-class AnalysisConfig(StageConfig):
+class ReportConfig(StageConfig):
     """Head importance of the final model against the mask and the first-round importance."""
 
     kind: Literal["hard", "soft"]

@@ -3,7 +3,7 @@
 Stages (each cached): ``finetune`` + ``evaluate`` (phase 1, shared with the finetune baseline and evaluated as the
 baseline), ``kimera-mask-<kind>`` (importance + iterative mask search) + ``kimera-search-report`` (each round's
 paired interval), ``kimera-retrain`` (multi-task KG training from the pre-trained model), ``kimera-finetune`` +
-``kimera-evaluate`` (phase 3), ``kimera-analysis`` (heatmaps, table 3) and ``kimera-compare`` (KIMERA vs the
+``kimera-evaluate`` (phase 3), ``kimera-report`` (heatmaps, table 3) and ``kimera-compare`` (KIMERA vs the
 phase-1 baseline, paired over the same test examples). Baselines in
 the same plugin: ``variant: finetune`` and ``variant: pruned`` (the hard mask's heads physically removed with
 ``prune_heads``, then fine-tuned and evaluated). Controls: ``variant: random`` (``kimera-mask-random``: the

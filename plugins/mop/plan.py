@@ -12,12 +12,13 @@ from kinject.plugins.training import evaluate_stage, finetune_stage
 from .config import MopConfig
 from .entity_prediction import adapter_body
 from .fusion import FusedEvaluateConfig, FusionConfig
+from .part_adapters import resolve_adapter_config
 from .partition import partition_body
-from .report import analysis_body
-from .stages import AnalysisConfig, KGSettings, PartAdapterConfig, PartitionConfig
+from .report import report_body
+from .stages import KGSettings, PartAdapterConfig, PartitionConfig, ReportConfig
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "adapters")
-PARTITION, FUSION, EVALUATE = "mop-partition", "mop-finetune", "mop-evaluate"
+PARTITION, FUSION, EVALUATE, REPORT = "mop-partition", "mop-finetune", "mop-evaluate", "mop-report"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +27,27 @@ class Resolved:
 
     source: SourceRef
     adapter: dict
+
+
+def resolve(run, cfg: MopConfig) -> Resolved:
+    """Everything that can fail, before any stage: the KG (the run's source, else the embedded HPO graph sampled to
+    ``kg_max_triples``), checked to have triples and at least ``partitions`` entities, and the adapters config."""
+    from kinject.plugins.knowledge import triples_source
+
+    if len(run.sources) > 1:
+        raise SpecError(f"sources: MoP partitions one knowledge graph; merge the graphs into one `triples` "
+                        f"source (got {len(run.sources)} sources)")
+    check_config(cfg, run.model_path)
+    adapter = resolve_adapter_config(cfg.adapter, cfg.reduction_factor, run.model_path)
+    source = triples_source(run, cfg.kg_max_triples)
+    entities, triples = count_graph(source, run.env, cfg.kg_max_triples)
+    where = "sources.0" if run.sources else "strategy.kg_max_triples"
+    if triples == 0:
+        raise SpecError(f"{where}: knowledge source {source.name!r} yields no triples")
+    if cfg.partitions > entities:
+        raise SpecError(f"strategy.partitions: {cfg.partitions} parts but the knowledge graph has only "
+                        f"{entities} entities")
+    return Resolved(source=source, adapter=adapter)
 
 
 _COUNTS: dict[tuple, tuple[int, int]] = {}
@@ -126,14 +148,14 @@ def fusion_stages(run, cfg: MopConfig, adapters: list[str]) -> list[Stage]:
             dataclasses.replace(evaluate, config=FusedEvaluateConfig(**dict(evaluate.config)), libraries=LIBRARIES)]
 
 
-def analysis_stage(run, cfg: MopConfig, adapters: list[str], evaluate: Stage) -> Stage:
-    """``mop-analysis``: the adapters' accuracy per part and the mixture weights on the test split (else the last
+def report_stage(run, cfg: MopConfig, adapters: list[str], evaluate: Stage) -> Stage:
+    """``mop-report``: the adapters' accuracy per part and the mixture weights on the test split (else the last
     evaluation split); a single adapter alone has no mixture."""
     splits = evaluate.config.splits or list(run.task.eval_splits)
     mixture = ("mixture.json", "mixture.png") if len(adapters) > 1 else ()
-    return Stage(name="mop-analysis", body=analysis_body, inputs=(*adapters, FUSION), libraries=LIBRARIES,
+    return Stage(name=REPORT, body=report_body, inputs=(*adapters, FUSION), libraries=LIBRARIES,
                  artifacts=("partition-adapters.json", "partition-adapters.png", *mixture),
-                 config=AnalysisConfig(task=run.task_ref(), model_stage=FUSION, adapters=adapters,
+                 config=ReportConfig(task=run.task_ref(), model_stage=FUSION, adapters=adapters,
                                        split="test" if "test" in splits else splits[-1],
                                        examples=cfg.mixture_examples, max_length=run.spec.model.max_length,
                                        attn_implementation=run.spec.model.attn_implementation,

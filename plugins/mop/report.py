@@ -1,6 +1,6 @@
-"""MoP's analysis stage and its artifacts: per-partition adapter entity prediction on held-out triples (kinject's
-diagnostic of what each adapter learned; the paper's Fig. 2 is downstream, each adapter alone: adapters_used=[i]) and
-the mixture weights over partitions of the last layer's [CLS] per evaluation example (the paper's Fig. 4, middle), as
+"""MoP's report stage (``mop-report``) and its artifacts: per-partition adapter entity prediction on held-out
+triples (kinject's diagnostic of what each adapter learned; the paper's Fig. 2 is downstream, each adapter alone:
+adapters_used=[i]) and the mixture weights over partitions of the last layer's [CLS] per evaluation example (the paper's Fig. 4, middle), as
 JSON and PNG."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 
 from kinject.api import Environment, StageContext, Task, is_main_process, load_tokenizer
 
-from .stages import AnalysisConfig
+from .stages import ReportConfig
 
 
 def adapter_summary(stats: list[dict]) -> dict:
@@ -148,8 +148,8 @@ def write_json(path: Path, data: dict) -> None:
     Path(path).write_text(json.dumps(data, indent=1))
 
 
-# -- the analysis stage ----------------------------------------------------------------------------------- #
-def analysis_body(cfg: AnalysisConfig, ctx: StageContext) -> None:
+# -- the report stage ------------------------------------------------------------------------------------ #
+def report_body(cfg: ReportConfig, ctx: StageContext) -> None:
     if not is_main_process():
         return
     summary = adapter_summary([json.loads((ctx.inputs[name] / "adapter.json").read_text()) for name in cfg.adapters])

@@ -1,8 +1,8 @@
-"""MoP's stage configs (what each key holds) for the knowledge side and the analysis.
+"""MoP's stage configs (what each key holds) for the knowledge side and the report.
 
 ``mop-partition`` (METIS over the KG's entity graph, :mod:`.partition`) -> ``mop-adapter-<i>`` (one adapter per part
 learns to predict the part's entities, :mod:`.entity_prediction`; spread over the processes of a torchrun launch)
--> ``mop-finetune`` -> ``mop-evaluate`` (:mod:`.fusion`) -> ``mop-analysis`` (:mod:`.report`). The knowledge side
+-> ``mop-finetune`` -> ``mop-evaluate`` (:mod:`.fusion`) -> ``mop-report`` (:mod:`.report`). The knowledge side
 holds no task and no run seed, so every task and seed reuses the same cached adapters.
 
 The fused fine-tune and its evaluation subclass the kernel's ``FinetuneConfig`` / ``EvaluateConfig`` in
@@ -49,7 +49,7 @@ class PartAdapterConfig(StageConfig):
     eval_batch_size: int = Field(256, json_schema_extra=NOT_KEYED)
 
 
-class AnalysisConfig(StageConfig):
+class ReportConfig(StageConfig):
     task: TaskRef
     model_stage: str
     adapters: list[str]

@@ -3,20 +3,20 @@
 Stages (each cached): ``finetune`` + ``evaluate`` (the plain baseline, the `finetune` strategy's own stages and cache
 keys), ``mop-partition`` (METIS over the KG's entity graph), ``mop-adapter-<i>`` for each part i used (one bottleneck
 adapter per part, base frozen; spread over the processes of a ``torchrun`` launch), ``mop-finetune`` (base + adapters +
-mixture + task head), ``mop-evaluate``, ``mop-analysis`` (adapter accuracy per part, mixture weights) and
-``mop-compare`` (MoP vs the baseline, paired). Builders in :mod:`.plan`, configs in :mod:`.stages`.
+mixture + task head), ``mop-evaluate``, ``mop-report`` (adapter accuracy per part, mixture weights) and
+``mop-compare`` (MoP vs the baseline, paired). Checks and builders in :mod:`.plan`, configs in
+:mod:`.stages`.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from kinject.api import SpecError, Stage, Strategy
+from kinject.api import Stage, Strategy
 from kinject.plugins.training import evaluate_stage, finetune_stage
 
 from .config import MopConfig
-from .part_adapters import resolve_adapter_config
-from .plan import Resolved, analysis_stage, check_config, count_graph, fusion_stages, knowledge_stages, variant_label
+from .plan import EVALUATE, Resolved, fusion_stages, knowledge_stages, report_stage, resolve, variant_label
 
 
 class MopStrategy(Strategy):
@@ -39,26 +39,9 @@ class MopStrategy(Strategy):
                   "training": {"max_steps": 30}}}  # kinject run --quick
 
     def validate(self, run) -> Resolved:
-        """Everything that can fail, before any stage; returns the KG (the run's source, else the embedded HPO
-        graph sampled to ``kg_max_triples``) and the resolved adapters config."""
-        from kinject.plugins.knowledge import triples_source
-
+        """Everything that can fail, before any stage (:func:`.plan.resolve`): the KG and the adapters config."""
         super().validate(run)
-        cfg = self.config
-        if len(run.sources) > 1:
-            raise SpecError(f"sources: MoP partitions one knowledge graph; merge the graphs into one `triples` "
-                            f"source (got {len(run.sources)} sources)")
-        check_config(cfg, run.model_path)
-        adapter = resolve_adapter_config(cfg.adapter, cfg.reduction_factor, run.model_path)
-        source = triples_source(run, cfg.kg_max_triples)
-        entities, triples = count_graph(source, run.env, cfg.kg_max_triples)
-        where = "sources.0" if run.sources else "strategy.kg_max_triples"
-        if triples == 0:
-            raise SpecError(f"{where}: knowledge source {source.name!r} yields no triples")
-        if cfg.partitions > entities:
-            raise SpecError(f"strategy.partitions: {cfg.partitions} parts but the knowledge graph has only "
-                            f"{entities} entities")
-        return Resolved(source=source, adapter=adapter)
+        return resolve(run, self.config)
 
     def stages(self, run) -> list[Stage]:
         from kinject.plugins.evidence import compare_stage
@@ -70,9 +53,9 @@ class MopStrategy(Strategy):
         fused = fusion_stages(run, cfg, adapters)
         stages += [*knowledge, *fused]
         if cfg.analysis:
-            stages.append(analysis_stage(run, cfg, adapters, fused[-1]))
+            stages.append(report_stage(run, cfg, adapters, fused[-1]))
         if cfg.baseline:
-            stages.append(compare_stage(run, baseline="evaluate", other="mop-evaluate", name="mop-compare",
+            stages.append(compare_stage(run, baseline="evaluate", other=EVALUATE, name="mop-compare",
                                         labels=("finetune", variant_label(cfg))))
         return stages
 

@@ -35,6 +35,34 @@ class Resolved:
     needs_head: bool = False  # the base model ships no MLM head and head_steps > 0: a head fit comes first
 
 
+def resolve(run, cfg: PretrainConfig) -> Resolved:
+    """Everything that can fail, before any stage: the corpus source (and the task to hold out of it), the
+    vocabulary size, a fast tokenizer, the lengths against the positions, whether the base model needs an MLM head
+    fit."""
+    from kinject.plugins.knowledge import missing_mlm_head
+
+    if len(run.sources) > 1:
+        raise SpecError(f"sources: pretrain reads one corpus source; put every path and task into one "
+                        f"(got {len(run.sources)} sources)")
+    source, modules = corpus_source(run)
+    length, longest, needs_head = cfg.max_length or run.spec.model.max_length, None, False
+    if cfg.until != "corpus":
+        if cfg.vocabulary() == "train" and cfg.vocab_size < cfg.min_vocab_size():
+            raise SpecError(f"strategy.vocab_size: {cfg.vocab_size} cannot hold the alphabet: up to "
+                            f"strategy.vocab_alphabet_limit={cfg.vocab_alphabet_limit} characters, each also as "
+                            f"a ##continuation, plus 5 special tokens = {cfg.min_vocab_size()}; raise vocab_size "
+                            "or lower vocab_alphabet_limit")
+        if not run.model_ref().load_tokenizer().is_fast:
+            raise SpecError(f"model.name: {run.spec.model.name!r} has no fast tokenizer (whole-word masking "
+                            "needs word ids and offsets)")
+        longest = positions(cfg, run)
+    if cfg.until == "all":
+        check_shape(cfg, run, longest, length)
+        needs_head = cfg.head_steps > 0 and bool(missing_mlm_head(mlm_model_ref(run, length)))
+    return Resolved(source=source, task_modules=modules, exclude=excluded_tasks(run, source), max_length=length,
+                    positions=longest, needs_head=needs_head)
+
+
 def corpus_source(run) -> tuple[SourceRef, tuple[str, ...]]:
     """The run's corpus source (default: the train/dev text of every task in the data dir, checked here) and the
     modules of the tasks it reads."""

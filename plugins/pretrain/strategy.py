@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kinject.api import SpecError, Stage, Strategy
+from kinject.api import Stage, Strategy
 
 from .config import PretrainConfig
-from .plan import Resolved, check_shape, corpus_source, excluded_tasks, positions, pretraining_stages, task_stages
+from .plan import Resolved, pretraining_stages, resolve, task_stages
 
 
 class PretrainStrategy(Strategy):
@@ -40,33 +40,10 @@ class PretrainStrategy(Strategy):
                                            "training": {"max_steps": 30}}}  # kinject run --quick
 
     def validate(self, run) -> Resolved:
-        """Everything that can fail, before any stage; returns the corpus source, the task to hold out, the lengths
-        and whether the base model needs an MLM head fit."""
-        from kinject.plugins.knowledge import missing_mlm_head
-        from kinject.plugins.knowledge import mlm_model_ref
-
+        """Everything that can fail, before any stage (:func:`.plan.resolve`): the corpus source, the task to hold
+        out, the lengths and whether the base model needs an MLM head fit."""
         super().validate(run)
-        cfg = self.config
-        if len(run.sources) > 1:
-            raise SpecError(f"sources: pretrain reads one corpus source; put every path and task into one "
-                            f"(got {len(run.sources)} sources)")
-        source, modules = corpus_source(run)
-        length, longest, needs_head = cfg.max_length or run.spec.model.max_length, None, False
-        if cfg.until != "corpus":
-            if cfg.vocabulary() == "train" and cfg.vocab_size < cfg.min_vocab_size():
-                raise SpecError(f"strategy.vocab_size: {cfg.vocab_size} cannot hold the alphabet: up to "
-                                f"strategy.vocab_alphabet_limit={cfg.vocab_alphabet_limit} characters, each also as "
-                                f"a ##continuation, plus 5 special tokens = {cfg.min_vocab_size()}; raise vocab_size "
-                                "or lower vocab_alphabet_limit")
-            if not run.model_ref().load_tokenizer().is_fast:
-                raise SpecError(f"model.name: {run.spec.model.name!r} has no fast tokenizer (whole-word masking "
-                                "needs word ids and offsets)")
-            longest = positions(cfg, run)
-        if cfg.until == "all":
-            check_shape(cfg, run, longest, length)
-            needs_head = cfg.head_steps > 0 and bool(missing_mlm_head(mlm_model_ref(run, length)))
-        return Resolved(source=source, task_modules=modules, exclude=excluded_tasks(run, source), max_length=length,
-                        positions=longest, needs_head=needs_head)
+        return resolve(run, self.config)
 
     def stages(self, run) -> list[Stage]:
         stages = pretraining_stages(self.config, run, run.resolved)

@@ -6,8 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kinject.api import (PluginConfig, PluginRef, SpecError, Task, TaskGroup, TrainingOverrides, TrainingSpec,
-                         UnknownNameError, registry, validate_plugin_config)
+from kinject.api import PluginConfig, TrainingOverrides
 
 
 class IntermediateSpec(BaseModel):
@@ -47,22 +46,3 @@ class StiltConfig(PluginConfig):
         if isinstance(value, list):
             return [{"name": item} if isinstance(item, str) else item for item in value]
         return value
-
-
-def build_intermediate_task(spec: IntermediateSpec, field: str) -> Task:
-    """An intermediate task instance from its spec; errors name the spec field (did-you-mean included)."""
-    try:
-        cls = registry("tasks").get(spec.name)
-    except UnknownNameError as exc:
-        raise UnknownNameError(f"{field}.name: {exc}") from None
-    if issubclass(cls, TaskGroup):
-        raise SpecError(f"{field}.name: {spec.name!r} is a task group; name its member tasks one by one")
-    return cls(validate_plugin_config(cls, PluginRef(name=spec.name, **spec.options()), field))
-
-
-def intermediate_training(base: TrainingSpec, *overrides: TrainingOverrides) -> TrainingSpec:
-    """The run's training settings with the strategy-wide, then the per-task overrides applied."""
-    data = base.model_dump()
-    for override in overrides:
-        data.update(override.set_fields())
-    return TrainingSpec.model_validate(data)

@@ -14,7 +14,20 @@ import json
 import logging
 from pathlib import Path
 
+from kinject.api import StageContext
+from kinject.plugins.training import FinetuneConfig
+
 log = logging.getLogger("kinject")
+
+
+class IntermediateConfig(FinetuneConfig):
+    """Fine-tune on an intermediate task (the shared fine-tune body), then, when the saved model has no pooler
+    (token heads, mean pooling), write the start model's pooler into it (:func:`carry_pooler`)."""
+
+    def save_model(self, model, tokenizer, folder: Path, ctx: StageContext) -> None:
+        super().save_model(model, tokenizer, folder, ctx)
+        start = ctx.inputs[self.init_from] / "model" if self.init_from else self.model.path
+        carry_pooler(start, folder, None if self.init_from else self.model.revision)
 
 
 def pooler_weights(model_dir: str | Path, revision: str | None = None) -> dict:

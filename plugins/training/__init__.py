@@ -1,5 +1,6 @@
 """kinject's training library: the fine-tune and evaluate stages every strategy reuses (:mod:`.stages`), the task
-models they build and load (:mod:`.task_models`), training and prediction through the HF Trainer (:mod:`.loop`),
+models they build and load (:mod:`.task_models`), training through the HF Trainer (:mod:`.loop`,
+batched by length: :mod:`.batching`), prediction (:mod:`.prediction`),
 dev-based model selection (:mod:`.selection`), peft adapters (:mod:`.peft_tuning`), and `kinject eval`.
 
 Strategies import the builders from here::
@@ -15,9 +16,10 @@ from __future__ import annotations
 from kinject.api import lazy_exports
 
 _EXPORTS = {  # name -> the module defining it; imported on first use, so `kinject list` reading `eval` loads nothing
-    ".loop": ("EpochCallback", "HookCallback", "PaddingCounter", "consumed_rows", "dev_scorer", "float32_head",
-              "last_checkpoint", "length_grouped_batches", "predict", "quiet_progress", "row_lengths", "train",
-              "training_arguments", "useful_token_fraction", "with_length_buckets"),
+    ".batching": ("PaddingCounter", "consumed_rows", "length_grouped_batches", "row_lengths", "useful_token_fraction",
+                  "with_length_buckets"),
+    ".loop": ("EpochCallback", "HookCallback", "last_checkpoint", "quiet_progress", "train", "training_arguments"),
+    ".prediction": ("dev_scorer", "float32_head", "predict"),
     ".stages": ("EvaluateConfig", "FinetuneConfig", "evaluate_body", "evaluate_config_class", "evaluate_model",
                 "evaluate_stage", "finetune_body", "finetune_stage", "run_evaluate_config", "write_predictions"),
     ".task_models": ("MeanPooler", "build_task_model", "load_task_model", "save_model"),

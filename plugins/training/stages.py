@@ -65,7 +65,9 @@ def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
     extension points, train on the task's train split, save ``model/`` and ``train.json``."""
     from kinject.api import load_tokenizer
 
-    from .loop import dev_scorer, train
+    from .loop import train
+
+    from .prediction import dev_scorer
 
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     if cfg.init_from:
@@ -162,7 +164,7 @@ def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: in
     already computed with this model (not predicted again)."""
     from kinject.api import KinjectError, load_tokenizer
 
-    from .loop import predict
+    from .prediction import predict
 
     tokenizer = load_tokenizer(str(model_dir))
     head = task.head(env)

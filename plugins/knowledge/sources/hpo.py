@@ -15,7 +15,7 @@ from typing import Iterator, Literal
 
 from pydantic import Field, model_validator
 
-from kinject.api import FILE_PATH, DataError, Environment, SpecError, Triple
+from kinject.api import FILE_PATH, DataError, DataMissingError, Environment, SpecError, Triple
 from kinject.plugins.knowledge.sources.filters import BadRows, FilterFields
 from kinject.plugins.knowledge.sources.readers import iter_text_lines
 from kinject.plugins.knowledge.sources.triples import TriplesSourceBase

@@ -1,0 +1,281 @@
+"""Preparing a run: everything that can fail on user input fails here (:func:`prepare`), before any stage starts
+or anything is written - the spec's presets (a strategy's protocol, a task's recommended values), the task, strategy
+and sources looked up and checked, the facts held out of every source, the strategy's stage plan checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from kinject.errors import KinjectError, SpecError
+from kinject.fingerprint import check_body
+from kinject.interfaces import Environment, KnowledgeSource, Strategy, Task, TaskGroup
+from kinject.registry import registry
+from kinject.spec import RunSpec, resolve_precision
+from kinject.spec_input import default_cache_dir, default_data_dir, validate_plugin_config
+from kinject.context import RunContext
+
+
+
+log = logging.getLogger("kinject")
+
+
+# -- resolution and validation ----------------------------------------------------------------- #
+def resolve_components(spec: RunSpec) -> tuple[Task | None, Strategy, list[KnowledgeSource]]:
+    """Look up and configure the task, strategy and sources; errors name the spec field."""
+    from kinject.errors import UnknownNameError
+
+    def build(kind: str, ref, field_path: str):
+        try:
+            cls = registry(kind).get(ref.name)
+        except UnknownNameError as exc:
+            raise type(exc)(f"{field_path}.name: {exc}") from None
+        return cls(validate_plugin_config(cls, ref, field_path))
+
+    task = build("tasks", spec.task, "task") if spec.task is not None else None
+    strategy = build("strategies", spec.strategy, "strategy")
+    if task is None and strategy.needs_task:
+        raise SpecError(f"task: required for strategy {strategy.name!r}; pass --task NAME or set task.name "
+                        "in --config")
+    sources = [build("sources", ref, f"sources.{i}") for i, ref in enumerate(spec.sources)]
+    return task, strategy, sources
+
+
+def resolved_spec(spec: RunSpec, task: Task, strategy: Strategy, sources: list[KnowledgeSource]) -> dict:
+    data = spec.model_dump(mode="json")
+    data["task"] = {"name": task.name, **task.config.model_dump(mode="json")} if task is not None else None
+    data["strategy"] = {"name": strategy.name, **strategy.config.model_dump(mode="json")}
+    data["sources"] = [{"name": s.name, **s.config.model_dump(mode="json")} for s in sources]
+    return data
+
+
+def make_environment(spec: RunSpec) -> Environment:
+    from kinject.models import offline
+
+    from kinject.io import CHARS_PER_TOKEN
+
+    fold = None
+    if spec.fold:
+        parts = [int(x) for x in spec.fold.split("/")]
+        index, k, seed = (*parts, 0) if len(parts) == 2 else parts
+        if not 0 <= index < k or k < 2:
+            raise SpecError(f"fold: {spec.fold!r}: expected i/k with 0 <= i < k and k >= 2")
+        fold = (index, k, seed)
+    return Environment(
+        data_dir=Path(spec.data_dir) if spec.data_dir else default_data_dir(),
+        cache_dir=Path(spec.cache_dir) if spec.cache_dir else default_cache_dir(),
+        seed=spec.seed, limit=spec.training.limit, offline=offline(),
+        max_chars=spec.model.max_length * CHARS_PER_TOKEN, fold=fold)
+
+
+def _resolve_model(spec: RunSpec, env: Environment) -> str:
+    """The model's loadable path, its config read and the model settings checked against it (before any stage)."""
+    from kinject.models import check_model_settings, model_config, resolve_model
+
+    path = resolve_model(spec.model.name, env.cache_dir)
+    if spec.model.revision and Path(path).exists():
+        raise SpecError(f"model.revision: {spec.model.revision!r} pins a hub revision, but model "
+                        f"{spec.model.name!r} is a local model ({path})")
+    check_model_settings(spec.model, model_config(spec.model.name, path, spec.model.revision))
+    return path
+
+
+def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = None) -> RunContext:
+    """Resolve and check everything that can fail on user input - spec, data, sources, the strategy's
+    own checks and its stage plan - before any stage starts or anything is written."""
+    spec, protocol = _apply_protocol(spec)
+    task, strategy, sources = resolve_components(spec)
+    applied: dict[str, Any] = {}
+    if task is not None and not isinstance(task, TaskGroup):
+        from kinject.spec import apply_recommended
+
+        spec, applied = apply_recommended(spec, type(task).recommended)
+    spec = resolve_precision(spec)
+    env = make_environment(spec)
+    from kinject.files import check_writable
+
+    check_writable(env.cache_dir, "stage cache")
+    model_path = _resolve_model(spec, env)
+    run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,
+                     resume=resume, command=command, recommended=applied, protocol=protocol)
+    for name in spec.hooks:  # every hook's settings checked before any data is read
+        run.hook_settings(name)
+    if isinstance(task, TaskGroup):
+        run.members = _prepare_members(run)
+        return run
+    if task is not None:
+        with plugin_code("tasks", task):
+            task.prepare_data(env)
+    for source in sources:
+        with plugin_code("sources", source):
+            source.check(env)
+    if task is not None:
+        _check_task_kind(strategy, task, env)
+        from kinject.choose import default_rules
+
+        run.defaults = default_rules(run)  # a dev split too small to rank, a head rate, a long split's epochs
+    run.holdout = _holdout(run)
+    with plugin_code("strategies", strategy):
+        run.resolved = strategy.validate(run)
+        run.stages = strategy.stages(run)
+    for extra in run.hooks().kinject_extra_stages(run=run):  # e.g. the knowledge probe, for every strategy
+        run.stages.extend(extra or [])
+    if run.holdout is not None:  # every source of every stage, the defaults a strategy builds itself included
+        run.stages = [dataclasses.replace(stage, config=_holding_out(stage.config, run.holdout))
+                      for stage in run.stages]
+    _check_stages(run)
+    return run
+
+
+def _check_task_kind(strategy: Strategy, task: Task, env: Environment) -> None:
+    """One line when the strategy does not support the task's shape (its head's kind)."""
+    kinds = type(strategy).task_kinds
+    kind = task.head(env).kind
+    if kind not in kinds:
+        names = {"sequence": "sequence classification (single texts, pairs, retrieval)", "token": "token tagging"}
+        raise SpecError(f"task: strategy {strategy.name!r} supports {' and '.join(names.get(k, k) for k in sorted(kinds))}"
+                        f" tasks; {task.name!r} is a {names.get(kind, kind)} task (kinject list strategies shows what "
+                        "each supports)")
+
+
+def _holdout(run: RunContext):
+    """The facts every knowledge source of the run holds out (``knowledge.exclude`` of the task's splits, and
+    ``knowledge.exclude_file``); None when there are none."""
+    from kinject.refs import HoldOutRef
+
+    spec = run.spec.knowledge
+    splits = [s for s in spec.exclude if run.task is not None and s in (run.task.train_split, *run.task.eval_splits)]
+    if spec.exclude_file and not Path(spec.exclude_file).expanduser().is_file():
+        raise SpecError(f"knowledge.exclude_file: {spec.exclude_file} is not a file (head<TAB>relation<TAB>tail lines)")
+    if not splits and not spec.exclude_file:
+        return None
+    file = str(Path(spec.exclude_file).expanduser().resolve()) if spec.exclude_file else None
+    with plugin_code("tasks", run.task) if run.task is not None else _nothing():
+        return HoldOutRef.of(run.task, run.env, splits, file)
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _holding_out(value: Any, holdout: Any) -> Any:
+    """``value`` (a stage config, or part of one) with every SourceRef in it holding the run's facts out."""
+    from pydantic import BaseModel
+
+    from kinject.refs import SourceRef
+
+    if isinstance(value, SourceRef):
+        return value.holding_out(holdout)
+    if isinstance(value, BaseModel):
+        changed = {}
+        for name in type(value).model_fields:
+            item = getattr(value, name)
+            new = _holding_out(item, holdout)
+            if new is not item:
+                changed[name] = new
+        return value.model_copy(update=changed) if changed else value
+    if isinstance(value, (list, tuple)):
+        items = [_holding_out(item, holdout) for item in value]
+        return type(value)(items) if any(a is not b for a, b in zip(items, value)) else value
+    if isinstance(value, dict):
+        items = {k: _holding_out(v, holdout) for k, v in value.items()}
+        return items if any(items[k] is not value[k] for k in value) else value
+    return value
+
+
+@contextmanager
+def plugin_code(kind: str, plugin: Any) -> Iterator[None]:
+    """Run a plugin's code; an ImportError anywhere in it (a package it needs is missing or broken) becomes one
+    line naming the plugin and its distribution (a PluginLoadError, exit 2)."""
+    from kinject.errors import PluginLoadError
+    from kinject.registry import SINGULAR
+
+    try:
+        yield
+    except ImportError as exc:
+        try:
+            info = registry(kind).info(plugin.name)
+            where = f" from {info.distribution} {info.version}"
+        except KinjectError:
+            where = ""
+        raise PluginLoadError(f"{SINGULAR[kind]} {plugin.name!r}{where}: {type(exc).__name__}: {exc} (a package it "
+                              "needs is missing or broken)") from None
+
+
+def _apply_protocol(spec: RunSpec) -> tuple[RunSpec, dict[str, Any]]:
+    """The spec with its strategy's ``protocol`` preset applied (``kinject``: none)."""
+    from kinject.errors import UnknownNameError
+    from kinject.spec import apply_protocol
+
+    if spec.protocol == "kinject":
+        return spec, {}
+    try:
+        cls = registry("strategies").get(spec.strategy.name)
+    except UnknownNameError as exc:
+        raise type(exc)(f"strategy.name: {exc}") from None
+    presets = cls.protocols.get(spec.protocol)
+    if presets is None and spec.protocol == "quick":  # --quick works for a strategy that declares no quick protocol
+        log.info("protocol quick: strategy %r declares none; its stages keep their own budgets, fine-tuning gets "
+                 "training.max_steps=30", spec.strategy.name)
+        presets = QUICK
+    if presets is None:
+        known = ", ".join(["kinject", *cls.protocols])
+        raise SpecError(f"protocol: strategy {spec.strategy.name!r} has no {spec.protocol!r} protocol (has: {known})")
+    check_protocol(cls, spec.protocol, presets)
+    return apply_protocol(spec, presets)
+
+
+#: ``--quick`` for a strategy without a quick protocol of its own
+QUICK: dict[str, dict[str, Any]] = {"training": {"max_steps": 30}}
+
+
+def check_protocol(cls: type, name: str, presets: dict) -> None:
+    """A protocol preset names real fields: sections strategy / model / training, each key a field of the strategy's
+    config, ModelSpec or TrainingSpec (a dotted ``--set``-style key, or a typo, would silently do nothing)."""
+    from kinject.spec import ModelSpec, TrainingSpec
+
+    fields = {"strategy": cls.Config.model_fields, "model": ModelSpec.model_fields,
+              "training": TrainingSpec.model_fields}
+    for section, values in presets.items():
+        where = f"strategy {cls.name or cls.__name__!r}'s protocol {name!r}"
+        if section not in fields:
+            raise SpecError(f"protocol: {where} has a section {section!r}; a protocol sets strategy, model and "
+                            "training fields ({section: {field: value}})")
+        unknown = [k for k in (values or {}) if k not in fields[section]]
+        if unknown:
+            raise SpecError(f"protocol: {where} sets {section}.{unknown[0]}, which is no field of {section} "
+                            f"(fields: {', '.join(sorted(fields[section]))})")
+
+
+def _prepare_members(run: RunContext) -> list[tuple[str, RunContext | None, str]]:
+    """Prepare every member of a task group; members without data are kept as (name, None, reason)."""
+    from kinject.errors import DataMissingError
+
+    out = []
+    for member in run.task.members(run.env):
+        member_spec = run.spec.model_copy(update={"task": type(run.spec.task)(name=member)})
+        try:
+            out.append((member, prepare(member_spec, resume=run.resume, command=run.command), ""))
+        except DataMissingError as exc:
+            log.warning("%s: skipped (%s)", member, exc)
+            out.append((member, None, str(exc)))
+    return out
+
+
+def _check_stages(run: RunContext) -> None:
+    names: set[str] = set()
+    for stage in run.stages:
+        check_body(stage.body, stage.name)
+        if stage.name in names:
+            raise KinjectError(f"strategy {run.strategy.name!r}: two stages named {stage.name!r}")
+        missing = [name for name in stage.inputs if name not in names]
+        if missing:
+            raise KinjectError(f"strategy {run.strategy.name!r}: stage {stage.name!r} needs {missing} "
+                               "which no earlier stage produces")
+        names.add(stage.name)
+
+

@@ -26,6 +26,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # one compute thread per worker (and 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def _engine_tests_without_the_probe(request, monkeypatch):
+    """The reliability suite tests the engine (kills, locks, resumes), not the knowledge probe (tests/test_probe.py):
+    its runs leave the probe out (KINJECT_PROBE=0, inherited by the processes they start)."""
+    if request.node.get_closest_marker("reliability") is not None:
+        monkeypatch.setenv("KINJECT_PROBE", "0")
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("kinject-cache")

@@ -221,3 +221,5 @@ def test_an_interrupted_grid_says_so_in_one_line_and_reruns(tmp_path, textcls_di
     assert process.returncode == 130 and "Traceback" not in output and "KeyboardInterrupt" not in output, output
     assert "interrupted by Ctrl-C" in output.strip().splitlines()[-1]
     assert "run the same grid command again" in output
+    # the workers stopped with the grid (submitit's job ignores SIGTERM: they used to train their cells to the end)
+    assert not list((tmp_path / "g").rglob("metrics.json"))

@@ -63,6 +63,7 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
     if threads:
         os.environ["OMP_NUM_THREADS"] = str(threads)
     cell = _cell(job)
+    _stop_on_sigterm()
     cell.lock_file.parent.mkdir(parents=True, exist_ok=True)
     lock = make_lock(cell.lock_file)  # the cache's kind: flock, or KINJECT_LOCK=lease
     try:
@@ -96,12 +97,29 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
                          traceback=traceback.format_exc(), job=_job_id())
             if isinstance(exc, KeyboardInterrupt):
                 raise
+            if isinstance(exc, Interrupted):  # stopped by the grid's Ctrl-C: the stage's checkpoints are kept
+                return {"id": cell.id, "state": "failed", "error": "interrupted", "seconds": seconds}
             return {"id": cell.id, "state": "failed", "error": _error_line(exc), "seconds": seconds}
         seconds = round(time.perf_counter() - clock, 3)
         write_status(cell, state="done", started=started, seconds=seconds, job=_job_id())
         return {"id": cell.id, "state": "done", "seconds": seconds}
     finally:
         lock.release()
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (what the grid sends its workers on Ctrl-C) stops the cell now: submitit's job environment ignores
+    SIGTERM (it waits for a requeue signal), which left a stopped grid's cells training to their end."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum, frame):
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 # -- the dry run ------------------------------------------------------------------------------------- #

@@ -7,6 +7,8 @@ the strategy (a third party's too). Its settings are its own (:class:`Config`, t
 
 from __future__ import annotations
 
+import os
+
 from pydantic import Field
 
 from kinject.api import PluginConfig, PluginRef, Stage, hookimpl
@@ -20,9 +22,10 @@ PROBE_STAGE = "probe"
 class Config(PluginConfig):
     """The knowledge probe's settings (``hooks.knowledge-probe`` in a spec)."""
 
-    enabled: bool = Field(True, description="Add the knowledge probe to a run with a task and an evaluate stage: "
-                          "the run's final encoder and the base model scored the same way on held-out "
-                          "knowledge-graph facts.")
+    enabled: bool = Field(default_factory=lambda: os.environ.get("KINJECT_PROBE", "1") not in ("0", "false", "no"),
+                          description="Add the knowledge probe to a run with a task and an evaluate stage: the run's "
+                          "final encoder and the base model scored the same way on held-out knowledge-graph facts. "
+                          "Unset: on, unless KINJECT_PROBE=0.")
     source: PluginRef | None = Field(None, description="The graph the probe asks about (a triples source, e.g. "
                                      "{name: hpo, include: [isa]}). Unset: the run's first triples source, else the "
                                      "HPO is-a graph; `kinject grid` gives every arm of a task the graph its "

@@ -80,10 +80,24 @@ def _record(head: str, other: str, label: str) -> dict:
     return {"id": f"{head}>{other}", "text": head, "text_pair": other, "label": label, "group": head}
 
 
+_FACTS: dict[str, dict[str, Any]] = {}  # this process's drawn facts by settings (the source ref holds its fingerprint)
+KEPT_FACT_SETS = 4
+
+
 def probe_facts(settings: ProbeSettings) -> dict[str, Any]:
     """The probe's ``train`` and ``test`` pairs (``id``, ``text``, ``text_pair``, ``label`` yes/no, ``group``: the
     head) and what kind of probe they make (``kind``: generalisation or memorisation; ``held_out``: how many of the
-    probe-test facts were held out of injection)."""
+    probe-test facts were held out of injection). Drawn once per process for the same settings: the source ref's
+    fingerprint changes with the knowledge it yields, and reading the HPO graph is most of the probe's time."""
+    key = settings.model_dump_json()
+    if key not in _FACTS:
+        if len(_FACTS) >= KEPT_FACT_SETS:
+            _FACTS.pop(next(iter(_FACTS)))
+        _FACTS[key] = _draw_facts(settings)
+    return _FACTS[key]
+
+
+def _draw_facts(settings: ProbeSettings) -> dict[str, Any]:
     from kinject.api import words
 
     ref = settings.source

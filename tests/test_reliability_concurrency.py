@@ -99,7 +99,7 @@ def test_two_mop_runs_started_together_share_partition_and_adapters(tmp_path, te
 def test_a_run_started_while_another_trains_waits_and_never_deletes_its_work(tmp_path, textcls_dir, tiny_model):
     cache = tmp_path / "cache"
     first = spawn(finetune_args(textcls_dir, cache, tmp_path / "first"), slowed=True,
-                  env={"KINJECT_TEST_STEP_DELAY": "0.6"})  # 18 steps: still training when the second arrives
+                  env={"KINJECT_TEST_STEP_DELAY": "1.2"})  # 18 steps: still training when the second arrives
     wait_for(lambda: list(cache.glob("stages/finetune/*.partial/work/checkpoint-*")))
     second = spawn(finetune_args(textcls_dir, cache, tmp_path / "second"))  # not --resume: used to rmtree .partial
     results = finish([first, second])

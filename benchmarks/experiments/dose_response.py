@@ -59,8 +59,9 @@ def dose_text(dose: dict) -> str:
     unit = dose.get("unit", "")
     epochs = dose.get("epochs")
     parts = [f"{epochs:.2g} ep" if isinstance(epochs, (int, float)) else None,
-             f"{dose['distinct']:,} of {dose['available']:,} {unit}" if "distinct" in dose and "available" in dose
-             else None,
+             f"{dose['distinct']:,} of {dose['available']:,} {unit}" if dose.get("distinct") is not None
+             and dose.get("available") is not None else
+             f"{dose['distinct']:,} distinct {unit}" if dose.get("distinct") is not None else None,
              f"{dose['tokens'] / 1e6:.1f}M tokens" if dose.get("tokens") else None]
     return ", ".join(p for p in parts if p)
 

@@ -13,7 +13,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ["KINJECT_PROGRESS"] = "0"
-os.environ["KINJECT_CHOOSE"] = "0"  # no cross-validated choice before every small test run (tests/test_choose.py has it)
+os.environ["KINJECT_CHOOSE"] = "0"  # no cross-validated choice before every small test run (tests/training/test_choose.py has it)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("COLUMNS", None)  # pytest-xdist workers inherit a terminal width; tables must not fold in tests
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one compute thread per worker (and its subprocesses): no oversubscription
@@ -28,7 +28,7 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 @pytest.fixture(autouse=True)
 def _engine_tests_without_the_probe(request, monkeypatch):
-    """The reliability suite tests the engine (kills, locks, resumes), not the knowledge probe (tests/test_probe.py):
+    """The reliability suite tests the engine (kills, locks, resumes), not the knowledge probe (tests/knowledge/test_probe.py):
     its runs leave the probe out (KINJECT_PROBE=0, inherited by the processes they start)."""
     if request.node.get_closest_marker("reliability") is not None:
         monkeypatch.setenv("KINJECT_PROBE", "0")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import random
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -47,3 +51,69 @@ def one_line_error(capsys, args) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:"), err
     return err[0]
+
+
+def write_kg(path: Path, clusters: int = 3, size: int = 8, rows: int = 40, seed: int = 0) -> Path:
+    """``clusters`` groups of ``size`` entities, ``rows`` triples inside each, one bridge triple between two."""
+    rng = random.Random(seed)
+    words = "gene protein cell drug dose disease cancer tumor level risk".split()
+    with open(path, "w", encoding="utf-8") as handle:
+        for g in range(clusters):
+            names = [f"{words[(g * 3 + i) % len(words)]} {g}{i}" for i in range(size)]
+            for _ in range(rows):
+                a, b = rng.sample(names, 2)
+                handle.write(f"{a}\t{rng.choice(['causes', 'treats', 'is a'])}\t{b}\n")
+        handle.write(f"{words[0]} 00\tcauses\t{words[3]} 10\n")
+    return path
+
+
+CORPUS_WORDS = ("gene expression protein cell tumor patients drug dose lymphoma insulin receptor kinase pathway mutation "
+         "increased reduced treatment clinical trial").split()
+
+
+def write_corpus(path: Path, n: int = 300, extra: tuple[str, ...] = ()) -> Path:
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(CORPUS_WORDS) for _ in range(rng.randint(8, 30))) + f" doc{i}." for i in range(n)]
+    path.write_text("\n".join([*lines, *extra]) + "\n", encoding="utf-8")
+    return path
+
+
+def cli(*args: str, env: dict | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, COLUMNS="300", **(env or {}))
+    return subprocess.run([sys.executable, "-m", "kinject", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr  # one line, last thing said
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+TOOLS = ("plugins.evidence", ".report", ".analysis", ".cli", "kinject.cli", "matplotlib")
+
+
+def plans(tmp_path: Path, textcls_dir: Path) -> dict[str, object]:
+    """Every stage of every built-in strategy on the tiny model: 'strategy/stage' -> PlannedStage."""
+    from kinject.api import build_spec, plan, prepare
+
+    kg, corpus = tmp_path / "kg.tsv", tmp_path / "corpus.txt"
+    if not kg.exists():
+        write_kg(kg)
+        corpus.write_text("gene expression in tumor cells rose after the drug dose.\n" * 40)
+    triples = {"sources": [{"name": "triples", "path": str(kg)}]}
+    extras = {"finetune": {}, "kimera": triples, "mop": {**triples, "strategy": {"name": "mop", "partitions": 2}},
+              "doktra": {"strategy": {"name": "doktra", "teacher": "tiny"}, "training": {"epochs": 2}},
+              "stilt": {"strategy": {"name": "stilt", "intermediate": [{"name": "textcls", "path": str(textcls_dir)}]}},
+              "pretrain": {"sources": [{"name": "corpus", "paths": [str(corpus)]}]}}
+    out = {}
+    for name, extra in extras.items():
+        spec = {"model": {"name": "tiny", "max_length": 32}, "task": {"name": "textcls", "path": str(textcls_dir)},
+                "strategy": {"name": name}, "cache_dir": str(tmp_path / "cache"), **extra}
+        for planned in plan(prepare(build_spec(spec))):
+            out[f"{name}/{planned.stage.name}"] = planned
+    return out

@@ -9,35 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import fake_distribution
+from helpers import TOOLS, fake_distribution, plans
 from helpers import run_kinject as kinject
 
-TOOLS = ("plugins.evidence", ".report", ".analysis", ".cli", "kinject.cli", "matplotlib")
 NOT_TRAINING = ("-compare", "-report")  # tools
-
-
-def plans(tmp_path: Path, textcls_dir: Path) -> dict[str, object]:
-    """Every stage of every built-in strategy on the tiny model: 'strategy/stage' -> PlannedStage."""
-    from test_mop_strategy import write_kg
-
-    from kinject.api import build_spec, plan, prepare
-
-    kg, corpus = tmp_path / "kg.tsv", tmp_path / "corpus.txt"
-    if not kg.exists():
-        write_kg(kg)
-        corpus.write_text("gene expression in tumor cells rose after the drug dose.\n" * 40)
-    triples = {"sources": [{"name": "triples", "path": str(kg)}]}
-    extras = {"finetune": {}, "kimera": triples, "mop": {**triples, "strategy": {"name": "mop", "partitions": 2}},
-              "doktra": {"strategy": {"name": "doktra", "teacher": "tiny"}, "training": {"epochs": 2}},
-              "stilt": {"strategy": {"name": "stilt", "intermediate": [{"name": "textcls", "path": str(textcls_dir)}]}},
-              "pretrain": {"sources": [{"name": "corpus", "paths": [str(corpus)]}]}}
-    out = {}
-    for name, extra in extras.items():
-        spec = {"model": {"name": "tiny", "max_length": 32}, "task": {"name": "textcls", "path": str(textcls_dir)},
-                "strategy": {"name": name}, "cache_dir": str(tmp_path / "cache"), **extra}
-        for planned in plan(prepare(build_spec(spec))):
-            out[f"{name}/{planned.stage.name}"] = planned
-    return out
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FRONT_DOORS = ("kinject.api", "kinject.tasks", "kinject.plugins.training", "kinject.plugins.knowledge",
                "kinject.plugins.evidence")
 

@@ -82,7 +82,7 @@ def test_kimera_and_finetune_started_together_share_phase_one(tmp_path, textcls_
 
 
 def test_two_mop_runs_started_together_share_partition_and_adapters(tmp_path, textcls_dir, tiny_model):
-    from test_mop_strategy import write_kg
+    from helpers import write_kg
 
     cache, kg = tmp_path / "cache", write_kg(tmp_path / "kg.tsv")
     base = ["run", "mop", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",

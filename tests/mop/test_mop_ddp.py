@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from test_mop_strategy import write_kg
+from helpers import write_kg
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import run_kinject
-from test_mop_strategy import write_kg
+from helpers import write_kg
 
 from conftest import write_textcls
 

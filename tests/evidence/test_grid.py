@@ -18,7 +18,7 @@ import yaml
 from conftest import write_textcls
 from helpers import run_kinject
 
-TINY = Path(__file__).resolve().parents[1] / "benchmarks" / "grids" / "tiny.yaml"
+TINY = Path(__file__).resolve().parents[2] / "benchmarks" / "grids" / "tiny.yaml"
 CELLS = ["textcls/finetune/seed-42", "textcls/finetune/seed-43", "textcls/lora/seed-42", "textcls/lora/seed-43"]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import PROBE_STAGES
 
-PLUGINS = Path(__file__).parent / "third_party_plugin"
+PLUGINS = Path(__file__).parent / "plugins"
 
 
 def installed(tmp_path: Path, *names: str) -> dict:
@@ -55,7 +55,7 @@ def test_pip_installed_plugin_is_listed_and_runs(tmp_path, textcls_dir, tiny_mod
 
 @pytest.mark.slow
 def test_a_third_party_kg_to_text_strategy_reuses_the_public_builders(tmp_path, textcls_dir, tiny_model):
-    from test_mop_strategy import write_kg
+    from helpers import write_kg
 
     env = installed(tmp_path, "kgtext")
     kg = write_kg(tmp_path / "kg.tsv")

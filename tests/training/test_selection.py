@@ -96,7 +96,7 @@ def test_a_method_s_own_stages_do_not_inherit_fine_tuning_settings(tmp_path, tex
                                                                   strategy, stage):
     """A task's recommended head learning rate (and dev selection, minimum steps) belongs to fine-tuning the task
     model; distillation, adapters and masked-LM keep their own budget."""
-    from test_mop_strategy import write_kg
+    from helpers import write_kg
 
     from kinject.api import build_spec, plan, prepare, registry
 

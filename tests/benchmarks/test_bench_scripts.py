@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SETUPS = ("finetune kinject", "finetune bare", "finetune bare + clip", "plain HF Trainer",
           "kimera retrain kinject", "kimera retrain bare", "mop adapter kinject", "mop adapter bare",

@@ -5,26 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import free_port
+from helpers import free_port, write_corpus
 from helpers import run_kinject as kinject
-
-WORDS = ("gene expression protein cell tumor patients drug dose lymphoma insulin receptor kinase pathway mutation "
-         "increased reduced treatment clinical trial").split()
-
-
-def write_corpus(path: Path, n: int = 300, extra: tuple[str, ...] = ()) -> Path:
-    rng = random.Random(0)
-    lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 30))) + f" doc{i}." for i in range(n)]
-    path.write_text("\n".join([*lines, *extra]) + "\n", encoding="utf-8")
-    return path
-
 
 def spec(tmp_path: Path, corpus: Path, task: dict | None = None, **strategy) -> dict:
     strategy = {"name": "pretrain", "mlm_steps": 30, "mlm_batch_size": 8, "mlm_learning_rate": 2e-3,

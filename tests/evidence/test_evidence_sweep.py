@@ -15,7 +15,7 @@ STUDY = "kinject-finetune-textcls"
 def sweep_args(data, out, space, trials: int, *extra: str) -> list[str]:
     return ["sweep", "finetune", "--task", "textcls", "--model", "tiny", "--space", str(space), "--trials",
             str(trials), "-o", str(out), "--set", f"task.path={data}", "--set", "training.max_steps=4",
-            "--set", "training.batch_size=8", "--no-folds", *extra]  # 48 train examples: CV is tests/test_cv_sweep.py
+            "--set", "training.batch_size=8", "--no-folds", *extra]  # 48 train examples: CV is tests/evidence/test_cv_sweep.py
 
 
 @pytest.mark.parametrize("space, needles", [

@@ -130,7 +130,7 @@ def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
     manifest = tmp_path / "results.yaml"
     manifest.write_text("blocks:\n  demo:\n    runs: [base, better]\n    metrics: [accuracy]\n    resamples: 500\n"
                         "  terms:\n    kind: csv\n    path: terms.csv\n")
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "experiments" / "results_page.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments" / "results_page.py"
     cmd = [sys.executable, str(script), "--runs", str(tmp_path), "--page", str(page), "--manifest", str(manifest)]
     assert subprocess.run([*cmd, "--check"]).returncode == 1  # stale before
     assert subprocess.run(cmd).returncode == 0
@@ -164,7 +164,7 @@ def test_results_manifest_and_page_name_the_same_blocks():
 
     import yaml
 
-    docs = Path(__file__).resolve().parents[1] / "docs"
+    docs = Path(__file__).resolve().parents[2] / "docs"
     listed = set((yaml.safe_load((docs / "results.yaml").read_text())["blocks"]))
     page = (docs / "results.md").read_text()
     opened = re.findall(r"^<!-- generated:([\w.-]+) -->$", page, re.M)

@@ -252,7 +252,7 @@ def test_bad_control_settings_fail_before_any_stage(tmp_path, textcls_dir, tiny_
 
 
 def test_cli_reports_a_bad_control_in_one_line_with_exit_2(tmp_path, textcls_dir, tiny_model):
-    from test_cli import assert_user_error, cli
+    from helpers import assert_user_error, cli
 
     spec = run_spec(tmp_path, textcls_dir)
     result = cli("run", "kimera", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",

@@ -3,28 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-
-def cli(*args: str, env: dict | None = None, timeout: int = 180) -> subprocess.CompletedProcess:
-    full_env = dict(os.environ, COLUMNS="300", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "kinject", *args], capture_output=True, text=True,
-                          env=full_env, timeout=timeout)
-
-
-def assert_user_error(result: subprocess.CompletedProcess, *needles: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error:")]
-    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr  # one line, last thing said
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in errors[0], errors[0]
+from helpers import assert_user_error, cli
 
 
 def test_unknown_strategy_and_task_suggest(tmp_path):

@@ -7,26 +7,11 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_kinject
-
-
-def write_kg(path: Path, clusters: int = 3, size: int = 8, rows: int = 40, seed: int = 0) -> Path:
-    """``clusters`` groups of ``size`` entities, ``rows`` triples inside each, one bridge triple between two."""
-    rng = random.Random(seed)
-    words = "gene protein cell drug dose disease cancer tumor level risk".split()
-    with open(path, "w", encoding="utf-8") as handle:
-        for g in range(clusters):
-            names = [f"{words[(g * 3 + i) % len(words)]} {g}{i}" for i in range(size)]
-            for _ in range(rows):
-                a, b = rng.sample(names, 2)
-                handle.write(f"{a}\t{rng.choice(['causes', 'treats', 'is a'])}\t{b}\n")
-        handle.write(f"{words[0]} 00\tcauses\t{words[3]} 10\n")
-    return path
+from helpers import run_kinject, write_kg
 
 
 @pytest.fixture

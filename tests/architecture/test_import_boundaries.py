@@ -22,7 +22,7 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def package_dirs(root: Path = ROOT) -> dict[str, str]:
@@ -193,7 +193,7 @@ def test_an_outside_plugin_needs_nothing_but_the_front_doors():
     """The example third-party plugins import the kernel only through kinject.api, a library only through its
     front door."""
     doors = front_door_names()
-    for path in sorted(p for p in (ROOT / "tests" / "third_party_plugin").rglob("*.py") if "build" not in p.parts):
+    for path in sorted(p for p in (ROOT / "tests" / "third_party" / "plugins").rglob("*.py") if "build" not in p.parts):
         for line, name in imports(path, "outside." + path.stem, path.name == "__init__.py"):
             assert not under(name, "kinject") or name in ("kinject", "kinject.api") or under(name, "kinject.api") \
                 or through_front_door(name, doors), f"{path}:{line}: imports {name}"

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from test_pretrain_strategy import prepare, spec, write_corpus
+from helpers import write_corpus
+from test_pretrain_strategy import prepare, spec
 
 
 def plans(tmp_path, corpus, task=None, **strategy) -> tuple[dict, dict]:

@@ -11,8 +11,8 @@ import pytest
 from conftest import write_textcls
 from helpers import run_kinject as kinject
 from reliability_helpers import Killed, identical, killed_after_checkpoint, stage_dirs
-from test_mop_strategy import write_kg
-from test_pretrain_strategy import write_corpus
+from helpers import write_kg
+from helpers import write_corpus
 
 pytestmark = pytest.mark.reliability
 

@@ -11,7 +11,7 @@ import pytest
 
 from helpers import fake_distribution
 from helpers import run_kinject as kinject
-from test_kernel_contract import TOOLS, plans
+from helpers import TOOLS, plans
 
 STRATEGIES = ("finetune", "kimera", "mop", "doktra", "stilt", "pretrain")
 SMALL = ["--set", "training.epochs=1", "--set", "training.batch_size=8"]

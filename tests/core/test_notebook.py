@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_run_from_python_returns_the_metrics_by_split_and_a_table(tmp_path, textcls_dir, tiny_model, caplog):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import fake_distribution, run_kinject as kinject
-from test_mop_strategy import write_kg
+from helpers import write_kg
 
 KG_MLM = '''
     """Verbalise the run's triples ("head relation tail."), continue MLM on them, then fine-tune on the task."""

@@ -32,7 +32,7 @@ def test_held_out_facts_match_name_pairs_either_way_and_texts_that_name_both():
 
 
 def _kg_and_facts(tmp_path: Path) -> tuple[Path, Path]:
-    from test_mop_strategy import write_kg
+    from helpers import write_kg
 
     kg = write_kg(tmp_path / "kg.tsv")
     lines = kg.read_text().splitlines() + [f"{h}\t{r}\t{t}" for h, r, t in HELD]
@@ -141,7 +141,7 @@ def test_a_held_out_fact_never_reaches_kimera_rows_mop_partitions_or_a_pretraini
 def test_the_dose_counts_what_the_steps_consumed(tmp_path, textcls_dir, tiny_model):
     """KIMERA's dose is the rows its batches took: kg_steps x batch rows, the triples those rows state; a digest
     that two runs with the same steps share and a longer run does not."""
-    from test_mop_strategy import write_kg
+    from helpers import write_kg
 
     kg = write_kg(tmp_path / "kg.tsv")
     doses = {}

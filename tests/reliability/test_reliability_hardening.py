@@ -20,7 +20,7 @@ from reliability_helpers import Killed, finish, identical, killed_after_checkpoi
 
 pytestmark = pytest.mark.reliability
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def finetune_args(data: Path, *extra: str) -> list[str]:

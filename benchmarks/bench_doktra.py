@@ -8,7 +8,7 @@ One optimiser step (forward, backward, AdamW step) of the student with
 Target: abd-cached / plain <= 1.3. Also: the one-time teacher pass that fills the cache, per example, as a
 fraction of one plain training epoch.
 
-Usage: .venv/bin/python benchmarks/bench_doktra.py [--student-layers 3] [--batch 16] [--length 128] [--repeats 15]
+Usage: .venv/bin/python -m benchmarks.bench_doktra [--student-layers 3] [--batch 16] [--length 128] [--repeats 15]
 """
 
 from __future__ import annotations

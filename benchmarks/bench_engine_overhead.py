@@ -1,22 +1,21 @@
 """Engine overhead: (1) a cached no-op stage (key hashing, cache lookup, hooks) per stage, and (2) a whole
 `finetune` run through the engine vs calling kinject.plugins.training.train directly on the same tiny model and data.
 
-Usage: .venv/bin/python benchmarks/bench_engine_overhead.py
+Usage: .venv/bin/python -m benchmarks.bench_engine_overhead
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("KINJECT_PROGRESS", "0")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from benchmarks.common import write_textcls  # noqa: E402
 from kinject.api import Stage, StageConfig, Strategy  # noqa: E402
 
 
@@ -37,8 +36,6 @@ class NoOp(Strategy):
 
 
 def main() -> None:
-    from conftest import write_textcls
-
     from kinject import engine, preparation
     from kinject.api import registry
     from kinject.stage_runner import run_stages

@@ -7,7 +7,7 @@
    run given by --run-args (default: the headline, `kimera --task capr`), once by size and time (every hit)
    and once by full sha256 (a hit whose files were touched).
 
-Usage: .venv/bin/python benchmarks/bench_engine_safety.py [concurrent|overlong|verify ...] [--processes 4]
+Usage: .venv/bin/python -m benchmarks.bench_engine_safety [concurrent|overlong|verify ...] [--processes 4]
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import write_textcls
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", KINJECT_PROGRESS="0", TOKENIZERS_PARALLELISM="false")
 MEASURED = ("import resource, sys\nfrom kinject.cli.main import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
             "    print('peak-rss-kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
@@ -50,8 +51,6 @@ def finetune_args(data: Path, cache: Path, out: Path) -> list[str]:
 
 
 def concurrent(tmp: Path, processes: int) -> None:
-    from conftest import write_textcls
-
     data = write_textcls(tmp / "data", n_train=1024, n_eval=64)
     start = time.perf_counter()
     wait([kinject(finetune_args(data, tmp / "alone", tmp / "alone-run"))])
@@ -69,8 +68,6 @@ def concurrent(tmp: Path, processes: int) -> None:
 
 
 def overlong(tmp: Path, megabytes: int) -> None:
-    from conftest import write_textcls
-
     normal, long = write_textcls(tmp / "normal"), write_textcls(tmp / "long")
     with open(long / "train.jsonl", "a") as handle:
         handle.write(json.dumps({"text": "gene " * (megabytes * 200_000), "label": "bio"}) + "\n")

@@ -10,7 +10,7 @@ the dev metric. Rounds alternate the setups so they share the machine's noise.
 Evaluation: `kinject.plugins.training.predict` (sorted by length, dynamic padding) vs `Trainer.predict` with dynamic
 padding in the data's order, on the same CAPR dev pairs and model: pairs/s and that the logits agree.
 
-Usage: KINJECT_DATA_DIR=../shared/data .venv/bin/python benchmarks/bench_finetune.py [--n 300] [--rounds 2]
+Usage: KINJECT_DATA_DIR=../shared/data .venv/bin/python -m benchmarks.bench_finetune [--n 300] [--rounds 2]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What hardening costs (issue #36): peak memory when the data is a device or one huge line, and the time the weight
 and digest checks add to `kinject eval` and to a fully cached run - measured in one run, as ratios.
 
-Usage: python benchmarks/bench_hardening.py [--line-gb 2] [--workdir DIR]
+Usage: python -m benchmarks.bench_hardening [--line-gb 2] [--workdir DIR]
 Prints Markdown tables (docs/benchmarks.md, "Hardening").
 """
 
@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import two_line_splits, write_textcls
+
 PROBE = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
          "sys.stdout.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); sys.exit(p.returncode)")
 
@@ -26,15 +28,6 @@ def kinject(args: list[str], env: dict) -> tuple[int, float, float]:
     done = subprocess.run([sys.executable, "-c", PROBE, sys.executable, "-m", "kinject", *args], capture_output=True,
                           text=True, env=env)
     return done.returncode, int(done.stdout.strip() or 0) / 1024, time.perf_counter() - start
-
-
-def dataset(folder: Path, train: str | None = None) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for split in ("dev", "test"):
-        (folder / f"{split}.jsonl").write_text('{"text": "a b", "label": "x"}\n{"text": "c d", "label": "y"}\n')
-    if train is not None:
-        (folder / "train.jsonl").write_text(train)
-    return folder
 
 
 def main() -> None:
@@ -50,12 +43,12 @@ def main() -> None:
     rows = []
     code, normal, _ = kinject([*run, f"task.path={work / 'none'}"], env)
     rows.append(("a run that stops at its missing data (the baseline)", code, normal))
-    zero = dataset(work / "zero")
+    zero = two_line_splits(work / "zero")
     (zero / "train.jsonl").unlink(missing_ok=True)
     (zero / "train.jsonl").symlink_to("/dev/zero")
     code, peak, _ = kinject([*run, f"task.path={zero}"], env)
     rows.append(("/dev/zero as the train file", code, peak))
-    big = dataset(work / "big")
+    big = two_line_splits(work / "big")
     with open(big / "train.jsonl", "wb") as handle:
         handle.write(b'{"text": "')
         block = b"a" * 2**20
@@ -69,9 +62,6 @@ def main() -> None:
         print(f"| {what} | {code} | {peak:,.0f} | {peak - normal:+,.0f} MB |")
 
     # the checks' share of `kinject eval` and of a fully cached run (the same process, the checks timed alone)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from conftest import write_textcls
-
     data = write_textcls(work / "textcls", n_train=200, n_eval=200)
     out = work / "run"
     base = [*run, f"task.path={data}", "--set", "training.epochs=1", "--set", "hooks.knowledge-probe.enabled=false"]

@@ -2,7 +2,7 @@
 (kinject.plugins.evidence.bootstrap) and the example-only one, on synthetic accuracy records of S seeds x N test
 examples per system, through the same ``pair`` that `kinject compare`, `grid` and `report` call.
 
-Usage: python benchmarks/bench_intervals.py [--seeds 10] [--examples 50000] [--resamples 2000] [--metric accuracy]
+Usage: python -m benchmarks.bench_intervals [--seeds 10] [--examples 50000] [--resamples 2000] [--metric accuracy]
 Prints one Markdown row per interval kind: seconds and the peak RSS of the process (docs/benchmarks.md).
 """
 

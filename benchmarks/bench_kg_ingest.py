@@ -3,7 +3,7 @@
 Writes a synthetic triples file with biomedical-length names (300k entities, 50 relations), then builds
 KG training data from its first N rows in a fresh child process per size (so peak RSS is per build):
 
-    .venv/bin/python benchmarks/bench_kg_ingest.py --rows 1000000 4000000 --tasks entity --num-proc 2
+    .venv/bin/python -m benchmarks.bench_kg_ingest --rows 1000000 4000000 --tasks entity --num-proc 2
 
 Each child prints one JSON line: rows, seconds, triples/s, peak RSS (MiB), reload figures.
 """
@@ -118,9 +118,9 @@ def main() -> None:
               f"{time.perf_counter() - start:.0f} s", flush=True)
         for rows in args.rows:
             cache = work / f"cache-{rows}"
-            subprocess.run([sys.executable, __file__, "--child-rows", str(rows), "--file", str(path), "--cache",
-                            str(cache), "--tasks", args.tasks, "--model", args.model, "--num-proc",
-                            str(args.num_proc)], check=True)
+            subprocess.run([sys.executable, "-m", "benchmarks.bench_kg_ingest", "--child-rows", str(rows),
+                            "--file", str(path), "--cache", str(cache), "--tasks", args.tasks, "--model", args.model,
+                            "--num-proc", str(args.num_proc)], check=True)
             shutil.rmtree(cache, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -4,7 +4,7 @@ Writes a synthetic triples file (bench_kg_ingest's biomedical-length names; a fi
 every size holds the same vocabulary and only the number of triples grows), then measures each size and
 method in a fresh child process (peak RSS = the child's VmHWM from /proc, Linux):
 
-    .venv/bin/python benchmarks/bench_kg_stats.py --rows 200000 1000000
+    .venv/bin/python -m benchmarks.bench_kg_stats --rows 200000 1000000
 
 Prints one JSON line per run and, per method, the ratio peak RSS(largest) / peak RSS(smallest).
 """
@@ -19,8 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_kg_ingest import write_synthetic  # noqa: E402
+from benchmarks.bench_kg_ingest import write_synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = {
     "streamed": ("from kinject.cli.main import main\n"
@@ -32,14 +33,15 @@ CHILD = {
                   "print(json.dumps(graph_stats(EntityGraph.from_triples(TriplesSource(path=PATH)"
                   ".iter_triples(env)))))\n"),
 }
-TAIL = "import sys\nfrom bench_kg_ingest import peak_rss_mib\nprint('PEAK_MIB', peak_rss_mib(), file=sys.stderr)\n"
+TAIL = "import sys\nfrom benchmarks.bench_kg_ingest import peak_rss_mib\nprint('PEAK_MIB', peak_rss_mib(), file=sys.stderr)\n"
 
 
 def measure(method: str, path: Path) -> dict:
-    head = f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\nPATH = {str(path)!r}\n"
+    head = f"PATH = {str(path)!r}\n"
     code = head + CHILD[method] + TAIL
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=ROOT)  # the repository root: `-c` imports benchmarks from the working directory
     seconds = time.perf_counter() - start
     stats = json.loads(done.stdout[done.stdout.index("{"):])
     peak = float(done.stderr.rsplit("PEAK_MIB", 1)[1].split()[0])

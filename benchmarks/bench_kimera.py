@@ -5,7 +5,7 @@
 2. one importance round (per-example gates, |dL/dxi| accumulated) / one forward+backward pass over the
    same scoring set. Target <= 1.1.
 
-Usage: .venv/bin/python benchmarks/bench_kimera.py [--model minilm] [--batch 16] [--length 64] [--repeats 20]
+Usage: .venv/bin/python -m benchmarks.bench_kimera [--model minilm] [--batch 16] [--length 64] [--repeats 20]
 """
 
 from __future__ import annotations

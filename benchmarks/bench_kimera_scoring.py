@@ -8,7 +8,7 @@ the same CAPR dev batches, interleaved (so load changes hit both), and combined 
 several (importance, metric) sizes. The weights do not change the cost, so the pre-trained minilm with a fresh
 2-class head stands in for the phase-1 model.
 
-Usage: KINJECT_DATA_DIR=../shared/data .venv/bin/python benchmarks/bench_kimera_scoring.py [--threads 2]
+Usage: KINJECT_DATA_DIR=../shared/data .venv/bin/python -m benchmarks.bench_kimera_scoring [--threads 2]
 """
 
 from __future__ import annotations

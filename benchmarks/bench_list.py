@@ -1,6 +1,6 @@
 """`kinject list` wall time (goal: median < 0.5 s) and proof that listing imports no torch.
 
-Usage: .venv/bin/python benchmarks/bench_list.py [--runs 15]
+Usage: .venv/bin/python -m benchmarks.bench_list [--runs 15]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Two graphs: 'communities' (each entity in one of 1000 latent groups, 90% of edges inside a group, as
 real KGs cluster by topic) and 'uniform' (edges between uniformly random entities: nothing to find).
 
-    .venv/bin/python benchmarks/bench_metis.py --entities 300000 --edges 4000000 -k 20
+    .venv/bin/python -m benchmarks.bench_metis --entities 300000 --edges 4000000 -k 20
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ Peak: a square matmul loop (n = 2048 on CPU, 8192 on CUDA), bf16 and fp32 (TF32 
 at the start of every round; MFU = model FLOP/s / that round's bf16 peak (and / the fp32 peak). Rounds alternate
 the order of the setups so they share the machine's noise; ratios are taken within a round, medians reported.
 
-Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_mfu.py [--device cpu|cuda] [--model tiny|minilm|bert-base]
+Usage: HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.bench_mfu [--device cpu|cuda] [--model tiny|minilm|bert-base]
        [--batch 16 32] [--length 128] [--steps 5] [--warmup 2] [--rounds 2] [--compile] [--methods all|none|...]
        [--variants nan_filter_off ...] [--precision auto|bf16|fp32] [--json out.json]
        On a 2-core machine beside other jobs, set OMP_NUM_THREADS=1 (docs/benchmarks.md says why).
@@ -73,7 +73,7 @@ VARIANTS = {  # name -> TrainingArguments overrides passed through kinject's tra
     "no_pin": {"dataloader_pin_memory": False},
     "compile": {"torch_compile": True},
 }
-BIG = 10 ** 9  # logging/saving intervals no run reaches
+BIG = 10 ** 8  # logging/saving intervals no run reaches (the settings allow up to kinject.spec.MAX_STEPS)
 
 
 # -- set-up -------------------------------------------------------------------------------------------- #

@@ -10,7 +10,7 @@
           >= 1.7x.
   e2e     `kinject run mop` on the embedded HPO graph with K parts, end to end, with its wall time per stage.
 
-Usage: .venv/bin/python benchmarks/bench_mop.py step|tokens|parts|e2e [options]  (--help per command)
+Usage: .venv/bin/python -m benchmarks.bench_mop step|tokens|parts|e2e [options]  (--help per command)
 """
 
 from __future__ import annotations

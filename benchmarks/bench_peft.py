@@ -7,7 +7,7 @@ the sequence-classification model kinject builds (``build_task_model``), wraps i
 ``--batch`` x ``--length`` after ``--warmup`` steps. Settings alternate over ``--rounds`` so they share the
 machine's noise; ratios are taken within a round.
 
-Usage: .venv/bin/python benchmarks/bench_peft.py [--models tiny minilm bert-base] [--device cpu|cuda] [--rounds 2]
+Usage: .venv/bin/python -m benchmarks.bench_peft [--models tiny minilm bert-base] [--device cpu|cuda] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ def one(model_name: str, method: str, args) -> dict:
 
     import torch
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_mfu import encoder_dir
+    from benchmarks.bench_mfu import encoder_dir
 
     from kinject.interfaces import Head
     from kinject.plugins.training.peft_tuning import add_peft
@@ -103,7 +102,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for model in args.models:
             for method in args.methods:
-                out = subprocess.run([sys.executable, __file__, *passed, "--one", model, method], check=True,
+                out = subprocess.run([sys.executable, "-m", "benchmarks.bench_peft", *passed, "--one", model, method], check=True,
                                      capture_output=True, text=True).stdout
                 result = json.loads(out.strip().splitlines()[-1])
                 rows.setdefault((model, method), []).append(result)

@@ -12,7 +12,7 @@ counts non-padding tokens over the Trainer's train_runtime.
 Corpus: the `pretrain-corpus` stage body on a synthetic .txt corpus of unique lines at two sizes, each in a
 fresh process; peak RSS (VmHWM) and MB/s.
 
-Usage: KINJECT_DATA_DIR=../shared/data OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_pretrain.py
+Usage: KINJECT_DATA_DIR=../shared/data OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_pretrain
        [--steps 30] [--rounds 3] [--sizes 25,250] [--skip-mlm] [--skip-corpus]
 """
 
@@ -183,7 +183,7 @@ def bench_corpus(args) -> None:
         with tempfile.TemporaryDirectory() as work:
             path = Path(work) / "corpus.txt"
             lines = write_synthetic(path, megabytes)
-            result = subprocess.run([sys.executable, __file__, "--corpus-child", str(path), "--work", work],
+            result = subprocess.run([sys.executable, "-m", "benchmarks.bench_pretrain", "--corpus-child", str(path), "--work", work],
                                     capture_output=True, text=True, check=True)
             info = json.loads(result.stdout.strip().splitlines()[-1])
             assert info["texts"] == lines, info

@@ -11,7 +11,7 @@ as the `kinject run` being compared, so they are identical to what the cross-enc
 are the same evaluators (`recall-at-k`, `mrr`, pessimistic ties).
 
 Usage (the CAPR baseline in docs/results.md used the defaults below):
-  .venv/bin/python benchmarks/capr_biencoder_reference.py --data-dir /work/shared/data \
+  .venv/bin/python -m benchmarks.capr_biencoder_reference --data-dir /work/shared/data \
       --cache-dir .kinject-cache --seed 42 --set max_eval_queries=25 [--set dataset=hpo] [--max-length 256]
 """
 

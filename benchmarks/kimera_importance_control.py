@@ -5,7 +5,7 @@ being the *least* important in one model tend to score higher in any other model
 scores the same heads in any number of task models on the same scoring set, so a plain fine-tune with another
 seed can be put beside the KIMERA models:
 
-  .venv/bin/python benchmarks/kimera_importance_control.py --mask runs/kimera-hard/seed-42/masks.json \
+  .venv/bin/python -m benchmarks.kimera_importance_control --mask runs/kimera-hard/seed-42/masks.json \
       --set task.name=capr --set task.dataset=medquad --set task.setting=zero-shot \
       --set task.max_train_queries=500 --set task.max_eval_queries=100 --set strategy.score_examples=400 \
       --model phase1-seed43=CACHE/stages/finetune/<key>/model --model kimera-hard-seed43=runs/kimera-hard/seed-43/model

@@ -1,8 +1,8 @@
 """Digests of the test predictions (and weights) of finetune, KIMERA and MoP on the tiny model, for refactors that
 must change nothing (issue #37: "byte-identical before and after").
 
-    python benchmarks/prediction_digests.py before.json          # on the old commit
-    python benchmarks/prediction_digests.py after.json --against before.json
+    python -m benchmarks.prediction_digests before.json          # on the old commit
+    python -m benchmarks.prediction_digests after.json --against before.json [--set FIELD=VALUE ...]
 
 Each strategy runs `--quick` on hpo-isa with the tiny random BERT in a fresh cache, offline.
 """
@@ -25,14 +25,15 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def digests(workdir: Path, data_dir: str) -> dict[str, dict[str, str]]:
+def digests(workdir: Path, data_dir: str, settings: tuple[str, ...] = ()) -> dict[str, dict[str, str]]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "KINJECT_CACHE_DIR": str(workdir / "cache"),
            "KINJECT_DATA_DIR": data_dir, "KINJECT_CHOOSE": "0"}
     found = {}
     for name in STRATEGIES:
         out = workdir / name
         subprocess.run([sys.executable, "-m", "kinject", "run", name, "--task", "hpo-isa", "--model", "tiny",
-                        "--quick", "-o", str(out)], env=env, check=True, stdout=subprocess.DEVNULL)
+                        "--quick", *(a for s in settings for a in ("--set", s)), "-o", str(out)],
+                       env=env, check=True, stdout=subprocess.DEVNULL)
         files = sorted((out / "predictions").glob("*.jsonl")) + sorted(out.glob("model/*.safetensors"))
         found[name] = {str(f.relative_to(out)): _digest(f) for f in files}
     return found
@@ -43,9 +44,12 @@ def main() -> int:
     parser.add_argument("output", type=Path)
     parser.add_argument("--against", type=Path, help="an earlier output to compare with")
     parser.add_argument("--data-dir", default=os.environ.get("KINJECT_DATA_DIR", "../shared/data"))
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a setting for every run (e.g. to keep a default an old commit had: "
+                             "hooks.decisions.head_rate=true)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        found = digests(Path(work), args.data_dir)
+        found = digests(Path(work), args.data_dir, tuple(args.settings))
     args.output.write_text(json.dumps(found, indent=1) + "\n")
     if args.against is None:
         print(json.dumps(found, indent=1))

@@ -1,11 +1,9 @@
 """Print the modules in each stage's code fingerprint (its cache key's code part) for the built-in strategies on the
-tiny model: `.venv/bin/python benchmarks/stage_closures.py [-v]` (docs/architecture.md)."""
-import json, os, sys, tempfile
+tiny model: `.venv/bin/python -m benchmarks.stage_closures [-v]` (docs/architecture.md)."""
+import os, sys, tempfile
 from pathlib import Path
 os.environ["HF_HUB_OFFLINE"] = "1"
-sys.path.insert(0, "tests")
-from conftest import write_textcls
-from test_mop_strategy import write_kg
+from benchmarks.common import write_kg, write_textcls
 from kinject.api import build_spec, prepare
 from kinject.keys import plan
 tmp = Path(tempfile.mkdtemp())

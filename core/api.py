@@ -28,7 +28,7 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.spec_input": ("FILE_PATH", "apply_overrides", "build_spec", "default_cache_dir", "default_data_dir",
                            "format_validation_error", "load_spec_file", "load_yaml", "validate_plugin_config"),
     # knowledge on one footing: held-out facts, the dose a stage consumed
-    "kinject.knowledge": ("HeldOutSource", "fact_key", "facts_digest", "held_out_count", "words", "write_dose"),
+    "kinject.knowledge": ("HeldOutFacts", "HeldOutSource", "fact_key", "facts_digest", "held_out_count", "words", "write_dose"),
     # errors (one line, exit 2; Interrupted: exit 130/143)
     "kinject.errors": ("DataError", "DataMissingError", "Interrupted", "KinjectError", "PluginLoadError", "SpecError",
                        "UnknownNameError"),
@@ -45,11 +45,12 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.registry": ("registry",),
     "kinject.cache": ("lock_held", "make_lock"),  # cross-process locks of the cache's kind (flock or lease)
     "kinject.hooks": ("hookimpl", "plugin_manager"),
-    "kinject.results": ("print_metrics", "summarize_seeds"),
+    "kinject.results": ("plural", "print_metrics", "summarize_seeds"),
     "kinject.frontdoor": ("lazy_exports",),  # a library's own front door
     # running a run
     "kinject.context": ("RunContext",),
     "kinject.preparation": ("prepare",),
+    "kinject.decisions": ("prepare_runs",),  # the automatic decisions, then prepare: what every entry point calls
     "kinject.keys": ("plan",),
     "kinject.engine": ("execute",),
     "kinject.outputs": ("run_folder",),

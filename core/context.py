@@ -36,11 +36,13 @@ class RunContext:
     command: list[str] | None = None
     recommended: dict[str, Any] = field(default_factory=dict)  # the task's settings applied to this spec
     protocol: dict[str, Any] = field(default_factory=dict)  # the strategy's protocol preset applied to it
-    defaults: dict[str, str] = field(default_factory=dict)  # settings kinject.choose's rules filled in, and why
-    chosen: dict | None = None  # what cross-validation on a small train split chose (kinject.choose.choose)
+    defaults: dict[str, str] = field(default_factory=dict)  # settings the default rules filled in, and why
+    chosen: dict | None = None  # what was chosen before the run was prepared (kinject.decisions.decide)
+    decided_by: dict[str, str] = field(default_factory=dict)  # "chosen"/"defaults" -> the implementation that decided
     output: Path | None = None  # the run folder, once the run executes
     resolved: Any = None  # what the strategy's validate returned, for its stages
     holdout: Any = None  # the facts every knowledge source holds out (kinject.refs.HoldOutRef; None: none)
+    inputs: list[dict] = field(default_factory=list)  # inputs that are not sources and the held-out facts each saw
     _refs: dict[str, Any] = field(default_factory=dict)
 
     def model_ref(self):
@@ -56,9 +58,12 @@ class RunContext:
         return self._refs["model"]
 
     def task_ref(self, task: Task | None = None):
-        """A task (the run's by default) as stage configs hold it (see :class:`kinject.refs.TaskRef`)."""
+        """A task (the run's by default) as stage configs hold it (see :class:`kinject.refs.TaskRef`); a TaskRef
+        (e.g. ``run.task_ref().with_inputs(...)``) is returned as it is."""
         from kinject.refs import TaskRef
 
+        if isinstance(task, TaskRef):
+            return task
         task = task or self.task
         key = f"task:{id(task)}"
         if key not in self._refs:

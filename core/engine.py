@@ -148,13 +148,14 @@ def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, me
     """run.json, metrics.json and copies of the stages' model and artifacts (never links: editing a run's files
     must not change the cache)."""
     from kinject.files import copy_tree
+    from kinject.machine import environment
 
     note = type(run.task).recommended_note if run.task is not None else ""
     info = {"spec": resolved, "command": run.command, "recommended": {"applied": run.recommended, "how": note},
             "protocol": {"name": run.spec.protocol, "applied": run.protocol},
-            "defaults": run.defaults, "chosen": run.chosen,
+            "defaults": run.defaults, "chosen": run.chosen, "decided_by": run.decided_by,
             "knowledge": knowledge_record(run), "stages": records, "wall_seconds": state.get("wall_seconds"),
-            "versions": _versions(),
+            "versions": _versions(), "environment": environment(run.spec.training.bf16),
             "git_sha": _git_sha(), "seed": run.spec.seed, "data": describe_data(run),
             "model_path": run.model_path, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (tmp / "run.json").write_text(json.dumps(info, indent=2, default=str))
@@ -170,7 +171,8 @@ def knowledge_record(run: RunContext) -> dict:
     spec, held = run.spec.knowledge, run.holdout
     return {"epochs": spec.epochs, "exclude": list(spec.exclude), "exclude_file": spec.exclude_file,
             "held_out": None if held is None else {"facts": held.facts, "digest": held.digest,
-                                                  "splits": list(held.splits), "file": held.file}}
+                                                  "splits": list(held.splits), "file": held.file},
+            "inputs": run.inputs}
 
 
 def execute_repeats(runs: list[RunContext], output: Path) -> dict[str, Any]:

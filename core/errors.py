@@ -67,3 +67,57 @@ class Interrupted(BaseException):
         detail = self.detail or ("nothing is half-written and a stage's checkpoints are kept: run the same command "
                                  "again (with --resume to continue from its checkpoints)")
         return f"interrupted by {self.NAMES.get(self.signum, f'signal {self.signum}')}{where}: {detail}"
+
+    @classmethod
+    def install(cls, signals: tuple[int, ...] | None = None) -> None:
+        """Make SIGINT and SIGTERM (or ``signals``) raise :class:`Interrupted` in the main thread (no-op in another):
+        the one interrupt handler of the CLI and of a grid's workers. A signal that strikes inside a logging handler,
+        whose ``emit`` may catch any exception (tqdm's does: the run would go on), is kept instead and raised by
+        :meth:`raise_pending` at the next check - the next log record, training step or stage, or the command's end."""
+        import logging
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def interrupt(signum, frame):
+            if _in_logging_handler(frame):
+                _PENDING.append(signum)
+                return
+            raise cls(signum)
+
+        for signum in signals or (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, interrupt)
+        factory = logging.getLogRecordFactory()
+        if not getattr(factory, "raises_pending_interrupts", False):  # a log record is a check (outside any handler)
+            def record(*args, **kwargs):
+                cls.raise_pending()
+                return factory(*args, **kwargs)
+
+            record.raises_pending_interrupts = True
+            logging.setLogRecordFactory(record)
+
+    @classmethod
+    def raise_pending(cls) -> None:
+        """Raise the interrupt a signal left pending (it struck inside a logging handler); nothing when none did."""
+        if _PENDING:
+            signum = _PENDING[0]
+            _PENDING.clear()
+            raise cls(signum)
+
+
+_PENDING: list[int] = []  # signals that struck inside a logging handler, raised at the next check
+
+
+def _in_logging_handler(frame) -> bool:
+    """Whether ``frame`` runs inside a logging handler's code (emit, flush, handleError, a stream it writes to)."""
+    import sys
+
+    logging = sys.modules.get("logging")
+    depth = 0
+    while frame is not None and logging is not None and depth < 64:
+        if isinstance(frame.f_locals.get("self"), logging.Handler):
+            return True
+        frame, depth = frame.f_back, depth + 1
+    return False

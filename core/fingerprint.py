@@ -38,7 +38,7 @@ NOT_KEYED: dict[str, Any] = {"keyed": False}
 NOT_FOLLOWED: dict[str, str] = {
     "kinject": "the version string",
     "kinject.cache": "how stages are stored and shared, never what a stage computes",
-    "kinject.choose": "chooses settings before stages are planned; their values are keyed",
+    "kinject.decisions": "decides settings before stages are planned; their values are keyed",
     "kinject.cli.listing": "the command line",
     "kinject.cli.main": "the command line",
     "kinject.distributed": "process ranks",
@@ -75,6 +75,9 @@ NOT_FOLLOWED: dict[str, str] = {
     "kinject.plugins.evidence.sweep": "orchestration",
     "kinject.plugins.hub.cli": "the command line",
     "kinject.plugins.training.cli": "the command line",
+    "kinject.plugins.training.choice": "chooses settings before stages are planned; their values are keyed",
+    "kinject.plugins.training.decisions": "decides settings before stages are planned; their values are keyed",
+    "kinject.plugins.training.cost": "estimates a stage's time (--dry-run), never what it computes",
 }
 #: Front doors (lazy re-exports, :func:`kinject.frontdoor.lazy_exports`): a name imported from one counts as an
 #: import of the module that defines it.

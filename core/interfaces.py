@@ -51,6 +51,11 @@ class Component:
 class Evaluator(Component):
     """A metric: references and predictions in, named values out."""
 
+    #: what ``compute`` needs beyond references and predictions, as prediction-record fields (``"scores"``: the
+    #: model's raw outputs, in the order of ``labels``): the evaluate stage keeps them in the predictions files,
+    #: and ``kinject compare``, grids and reports hand them back (docs/plugins.md "An evaluator").
+    needs: ClassVar[tuple[str, ...]] = ()
+
     def compute(self, references: Sequence[Any], predictions: Sequence[Any], **kwargs: Any) -> dict[str, float]:
         raise NotImplementedError
 
@@ -186,6 +191,15 @@ class Task(Component):
     train_split: ClassVar[str] = "train"
     eval_splits: ClassVar[tuple[str, ...]] = ("dev", "test")
     dataset: ClassVar[str] = ""  # folder name under the data dir ("" if none)
+    #: the unit of evaluation (resampled, limited, folded whole): what examples sharing a ``group`` are ("document",
+    #: "query", "child term"), and what an example without one is ("sentence")
+    unit, example_unit = "group", "example"
+
+    def units(self, examples: list) -> tuple[int, str]:
+        """How many units ``examples`` hold and what one is, e.g. ``(924, "sentence")``."""
+        keys = {str(ex.get("group", f"#{i}")) if isinstance(ex, dict) else f"#{i}" for i, ex in enumerate(examples)}
+        return len(keys), self.unit if any(isinstance(ex, dict) and "group" in ex for ex in examples) else \
+            self.example_unit
 
     def check(self, env: Environment) -> None:
         """Raise DataMissingError (where it looked, how to get it) if the data is not there."""
@@ -263,7 +277,8 @@ class Task(Component):
 
     def alternatives(self, env: Environment, spec: Any) -> dict[str, list]:
         """Settings worth choosing by cross-validation when the train split is small (dotted spec field -> the
-        values to try, e.g. ``{"task.encoder": ["cross", "bi"]}``; :mod:`kinject.choose`). Default: none."""
+        values to try, e.g. ``{"task.encoder": ["cross", "bi"]}``; the training library's decisions,
+        docs/training.md). Default: none."""
         return {}
 
     #: settings a run starts from unless the spec sets them: {"training": {...}, "model": {...}}
@@ -306,6 +321,10 @@ class StageConfig(BaseModel):
     (:data:`kinject.fingerprint.NOT_KEYED`)."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    def cost(self, run: "RunContext") -> float | None:
+        """The stage's FLOPs (sized by the prepared ``run``'s model and data; :mod:`kinject.plugins.training.cost`),
+        for ``--dry-run``'s estimate (:mod:`kinject.estimate`); None: not stated (a stage's fixed overhead)."""
 
 
 @dataclass

@@ -17,6 +17,18 @@ class RunResult(dict):
         super().__init__(metrics)
         self.output = Path(output)
 
+    @property
+    def not_learned(self) -> dict:
+        """The systems of the run's paired comparison that learned nothing (name -> why: a constant predictor, or a
+        score that does not beat the constant baseline of the gold labels); {} when none did or the run has no
+        comparison stage (``kinject compare`` / ``report`` check any run)."""
+        found = self.get("comparison")
+        flags = found.get("not_learned") if isinstance(found, dict) else None
+        names = {"baseline": (found or {}).get("baseline_name", "baseline"), "other": (found or {}).get("other_name",
+                                                                                                      "other")}
+        return {names[side]: flag["reason"] for side, flag in (flags or {}).items()
+                if isinstance(flag, dict) and flag.get("reason")}
+
     def frame(self):
         """The metrics as a pandas DataFrame: one row per (split, metric), the value (over repeats: mean and std)."""
         import pandas as pd
@@ -44,8 +56,10 @@ def run(strategy: str, task: str | None = None, model: str | None = None, *, ove
     "data/"}``; values are Python values); ``config``: a YAML run spec they apply to; ``quick``: the strategy's quick
     protocol and 64 examples per split. Errors are :class:`kinject.errors.KinjectError` (one line, naming the field).
     """
-    from kinject import engine, outputs, preparation
+    from kinject import engine, outputs
     from kinject.spec_input import build_spec, load_spec_file
+
+    _check_arguments(overrides, repeats)
 
     data: dict[str, Any] = load_spec_file(Path(config)) if config else {}
     data["strategy"] = {**(data.get("strategy") or {}), "name": strategy} \
@@ -69,13 +83,26 @@ def run(strategy: str, task: str | None = None, model: str | None = None, *, ove
         node[parts[-1]] = str(value) if isinstance(value, Path) else value
     spec = build_spec(data)
     out = Path(spec.output) if spec.output else outputs.default_output(spec)
-    from kinject.choose import choose
+    from kinject.decisions import prepare_runs  # the automatic decisions, as in every entry point
 
-    spec, chosen = choose(spec)
-    runs = [preparation.prepare(spec.model_copy(update={"seed": spec.seed + i}), resume=resume,
-                           command=["kinject.run", strategy]) for i in range(repeats)]
-    for prepared in runs:
-        prepared.chosen = chosen
+    runs = prepare_runs(spec, [spec.seed + i for i in range(repeats)], resume=resume,
+                        command=["kinject.run", strategy])
     outputs.check_output(out, runs[0].env)
     metrics = engine.execute(runs[0], out) if repeats == 1 else engine.execute_repeats(runs, out)
     return RunResult(metrics, out)
+
+
+def _check_arguments(overrides: Any, repeats: Any) -> None:
+    """``kinject.run``'s arguments that no spec field checks: one line (a SpecError) naming the argument."""
+    from kinject.errors import SpecError
+
+    if overrides is not None and not isinstance(overrides, dict):
+        hint = " (a list of --set items: write them as {\"training.epochs\": 1})" if isinstance(overrides, (list, tuple)) \
+            else ""
+        raise SpecError(f"overrides: expected a dict of dotted field names to values, got a "
+                        f"{type(overrides).__name__}{hint}")
+    for key in overrides or {}:
+        if not isinstance(key, str) or not key or any(not part for part in key.split(".")):
+            raise SpecError(f"overrides: {key!r} is not a dotted field name (e.g. training.epochs)")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise SpecError(f"repeats: expected a whole number of seeds, 1 or more; got {repeats!r}")

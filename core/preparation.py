@@ -114,10 +114,11 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
             source.check(env)
     if task is not None:
         _check_task_kind(strategy, task, env)
-        from kinject.choose import default_rules
+        from kinject.decisions import default_rules
 
-        run.defaults = default_rules(run)  # a dev split too small to rank, a head rate, a long split's epochs
+        run.defaults = default_rules(run)  # the training library's rules by default (kinject.decisions)
     run.holdout = _holdout(run)
+    run.hooks().kinject_check_inputs(run=run)  # e.g. --model a run that saw the held-out facts (knowledge library)
     with plugin_code("strategies", strategy):
         run.resolved = strategy.validate(run)
         run.stages = strategy.stages(run)
@@ -197,11 +198,17 @@ def plugin_code(kind: str, plugin: Any) -> Iterator[None]:
     try:
         yield
     except ImportError as exc:
+        from kinject.compat import explain_import_error
+
         try:
             info = registry(kind).info(plugin.name)
             where = f" from {info.distribution} {info.version}"
         except KinjectError:
             where = ""
+        # kinject's own module or name, in a third party's plugin: say so, not "a package is missing"
+        moved = explain_import_error(exc) if where and not where.startswith(" from kinject ") else None
+        if moved:
+            raise PluginLoadError(f"{SINGULAR[kind]} {plugin.name!r}{where} {moved}") from None
         raise PluginLoadError(f"{SINGULAR[kind]} {plugin.name!r}{where}: {type(exc).__name__}: {exc} (a package it "
                               "needs is missing or broken)") from None
 

@@ -150,6 +150,10 @@ class TaskRef(Ref):
         files = task.data_files(env)
         data = task.describe_data(env) + (f"#{files_fingerprint(files, Path(env.data_dir).resolve())}"
                                           if files else "")
+        if env.fold is not None:  # how the folds are drawn (kinject.splits)
+            from kinject.splits import FOLD_SCHEME
+
+            data += f"#folds:{FOLD_SCHEME}"
         ref = cls(name=task.name, options=task.config.model_dump(mode="json"), data=data, data_seed=env.seed,
                   limit=env.limit, max_chars=env.max_chars, fold=env.fold, data_dir=str(env.data_dir))
         ref._task = task
@@ -218,7 +222,7 @@ class HoldOutRef(Ref):
     def held_out(self):
         """The held-out facts (:class:`kinject.knowledge.HeldOutFacts`), computed once."""
         if self._facts is None:
-            from kinject.knowledge import HeldOutFacts, read_fact_file
+            from kinject.knowledge import HeldOutFacts
 
             triples: list[tuple[str, str, str]] = []
             if self.task is not None:
@@ -227,9 +231,7 @@ class HoldOutRef(Ref):
                                   limit=None, max_chars=self.task.max_chars, fold=self.task.fold)
                 for split in self.splits:
                     triples += [(t.head, t.relation, t.tail) for t in task.facts(split, env)]
-            if self.file:
-                triples += list(read_fact_file(Path(self.file)))
-            facts = HeldOutFacts(triples)
+            facts = HeldOutFacts(triples, files=[self.file] if self.file else ())  # the file streamed, kept compact
             if self.digest and facts.digest != self.digest:
                 from kinject.errors import KinjectError
 

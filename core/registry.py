@@ -58,7 +58,7 @@ class PluginInfo:
     error: str = ""
 
 
-_DIST_CACHE: dict[str, tuple[str, str]] = {}
+_DIST_CACHE: dict = {}  # distribution path -> (name, version); ("api", path) -> (its kinject mismatch, "")
 _IMPORT_RE = re.compile(r"^(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.M)
 
 
@@ -104,7 +104,7 @@ def _syntax_error(origin: str, text: str) -> str:
     return ""
 
 
-def _static_inspect(value: str) -> tuple[str, str]:
+def _static_inspect(value: str, depth: int = 0) -> tuple[str, str]:
     """Find a plugin's docstring and obvious breakage from its source text, without executing it.
 
     Returns (description, error). Checks: the module is findable and readable, defines the attribute,
@@ -137,6 +137,9 @@ def _static_inspect(value: str) -> tuple[str, str]:
     doc = _docstring_after(text, rf"^(?:class|def)[ \t]+{first}\b")
     if doc is not None:
         return doc, ""
+    moved = re.search(rf"^from[ \t]+(\w[\w.]*)[ \t]+import[^\n]*\b{first}\b", text, re.M)
+    if moved and depth < 3:  # a re-export (``from kinject.tasks.gad import GADTask``): the defining module's doc
+        return _static_inspect(f"{moved.group(1)}:{attr}", depth + 1)[0], ""
     if re.search(rf"^{first}[ \t]*[:=]|^(?:from|import)[^\n]*\b{first}\b", text, re.M):
         helped = re.search(rf"^{first}[ \t]*=[^\n]*\((?:[^()]|\n)*?\bhelp=([\"'])(.*?)\1", text, re.M)  # a typer app
         return (helped.group(2) if helped else ""), ""
@@ -155,15 +158,31 @@ class Registry:
         self._loaded: dict[str, Any] = {}
         self._extra: dict[str, Any] = {}
         self._eps: dict[str, EntryPoint] | None = None
+        self._duplicates: dict[str, list[EntryPoint]] = {}
 
     # -- discovery -------------------------------------------------------------------------------
     def _entry_points(self) -> dict[str, EntryPoint]:
         if self._eps is None:
             found: dict[str, EntryPoint] = {}
+            others: dict[str, list[EntryPoint]] = {}
             for ep in entry_points(group=self.group):
-                found.setdefault(ep.name, ep)  # first distribution wins, as pluggy does
-            self._eps = found
+                if ep.name not in found:
+                    found[ep.name] = ep
+                elif _dist_of(ep)[0] != _dist_of(found[ep.name])[0]:  # the same name from another distribution
+                    others.setdefault(ep.name, []).append(ep)
+            self._eps, self._duplicates = found, others
         return self._eps
+
+    def duplicates(self, name: str) -> str:
+        """'' when one distribution registers ``name``; else 'registered by 2 distributions: a 1.0 (mod:Cls) and
+        b 2.0 (mod:Cls); uninstall one'."""
+        self._entry_points()
+        others = self._duplicates.get(name)
+        if not others:
+            return ""
+        every = sorted([self._eps[name], *others], key=_dist_of)
+        named = " and ".join(f"{' '.join(_dist_of(ep))} ({ep.value})" for ep in every)
+        return f"registered by {len(every)} distributions: {named}; uninstall one (pip uninstall)"
 
     def refresh(self) -> None:
         """Forget discovered entry points (after installing a plugin in a running process)."""
@@ -193,6 +212,7 @@ class Registry:
             raise self.unknown(name)
         dist, version = _dist_of(ep)
         description, error = _static_inspect(ep.value)
+        error = self.duplicates(name) or _api_mismatch(ep) or error
         return PluginInfo(self.kind, name, ep.value, dist, version, description,
                           "broken" if error else "ok", error)
 
@@ -219,12 +239,18 @@ class Registry:
                 if ep is None:
                     raise self.unknown(name)
                 dist, version = _dist_of(ep)
+                refused = self.duplicates(name) or _api_mismatch(ep)
+                if refused:
+                    raise PluginLoadError(f"{SINGULAR[self.kind]} {name!r}: {refused}" if refused.startswith(
+                        "registered") else f"{SINGULAR[self.kind]} {name!r} from {dist} {version} {refused}")
                 try:
                     obj = ep.load()
                 except Exception as exc:  # a broken plugin must not break anything else
-                    raise PluginLoadError(
-                        f"{SINGULAR[self.kind]} {name!r} from {dist} {version} failed to import: "
-                        f"{type(exc).__name__}: {exc}") from exc
+                    from kinject.compat import explain_import_error
+
+                    why = (dist != "kinject" and explain_import_error(exc)) or \
+                        f"failed to import: {type(exc).__name__}: {exc}"
+                    raise PluginLoadError(f"{SINGULAR[self.kind]} {name!r} from {dist} {version} {why}") from exc
             if BASE_CLASSES[self.kind] is not None:
                 base = _load_ref(BASE_CLASSES[self.kind])
                 if not (isinstance(obj, type) and issubclass(obj, base)):
@@ -249,6 +275,19 @@ class Registry:
         except (PluginLoadError, UnknownNameError) as exc:
             return str(exc)
         return ""
+
+
+def _api_mismatch(ep: EntryPoint) -> str:
+    """'' unless the plugin's distribution declares a kinject requirement (Requires-Dist) this kinject does not meet."""
+    from kinject.compat import api_mismatch
+
+    dist = getattr(ep, "dist", None)
+    if dist is None or _dist_of(ep)[0] == "kinject":
+        return ""
+    key = ("api", str(getattr(dist, "_path", id(dist))))
+    if key not in _DIST_CACHE:
+        _DIST_CACHE[key] = (api_mismatch(dist), "")
+    return _DIST_CACHE[key][0]
 
 
 def _load_ref(ref: str) -> Any:

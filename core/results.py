@@ -14,6 +14,12 @@ def seed_stats(values: Sequence[float]) -> dict[str, Any]:
             "n": len(values), "values": values}
 
 
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """``1 seed``, ``3 seeds``, ``0 cells``: a count and its noun, singular for exactly 1 (``many``: an irregular
+    plural)."""
+    return f"{count} {noun if count == 1 else many or noun + 's'}"
+
+
 def summarize_seeds(per_seed: dict[int, dict]) -> dict[str, Any]:
     """:func:`seed_stats` of every numeric value that every seed reports, at any depth of the metrics.
 
@@ -82,7 +88,8 @@ def print_metrics(console, title: str, metrics: dict, splits: list[str] | tuple[
         interval = f" [{low:+.4f}, {high:+.4f}]" if isinstance(low, float) and isinstance(high, float) else ""
         kind = "generalisation" if _mean(probe.get("generalisation")) else "memorisation"
         console.print(f"knowledge probe ({kind}): AUROC {_shown(probe['auroc'])} (base model "
-                      f"{_shown(probe.get('base_auroc'))}), gain {_mean(probe.get('gain_auroc')):+.4f}{interval}",
+                      f"{_shown(probe.get('base_auroc'))}), gain {_mean(probe.get('gain_auroc')):+.4f}{interval}"
+                      + (f": {sentence}" if (sentence := probe_sentence(low, high)) else ""),
                       highlight=False, soft_wrap=True)
     dose = metrics.get("dose")
     if isinstance(dose, dict) and "distinct" in dose:
@@ -97,8 +104,51 @@ def print_metrics(console, title: str, metrics: dict, splits: list[str] | tuple[
         console.print(f"comparison (paired, per seed): difference {_shown(comparison['difference'])}", soft_wrap=True)
     elif isinstance(comparison, dict) and "difference" in comparison:
         c = comparison
-        note = " (identical predictions)" if c.get("identical") else f" ({c['verdict']})" if c.get("verdict") else ""
+        verdict = str(c.get("verdict") or "")
+        note = f" ({verdict})" if verdict.startswith("not learned") or not c.get("identical") and verdict else \
+            " (identical predictions)" if c.get("identical") else ""
         console.print(f"[bold]{c['other_name']} vs {c['baseline_name']}[/] on {c['split']} {c['metric']}: "
                       f"{c['other']:.4f} vs {c['baseline']:.4f}, difference {c['difference']:+.4f} "
                       f"({c['confidence']:.0%} paired bootstrap CI {c['ci_low']:+.4f} .. {c['ci_high']:+.4f}, "
                       f"n={c['n']} examples; one seed: these models){note}", soft_wrap=True)
+        for side, flag in (c.get("not_learned") or {}).items():
+            if isinstance(flag, dict) and flag.get("reason"):
+                name = c.get("baseline_name") if side == "baseline" else c.get("other_name")
+                console.print(f"not learned: {name}: {flag['reason']}", highlight=False, soft_wrap=True)
+
+
+def probe_sentence(low, high) -> str:
+    """One plain sentence for a probe AUROC gain whose interval excludes 0 (else "")."""
+    if not (isinstance(low, float) and isinstance(high, float)):
+        return ""
+    if high < 0:
+        return ("the probe's AUROC fell below the base model's: this model's frozen features separate these facts "
+                "less well than the base model's did")
+    if low > 0:
+        return ("the probe's AUROC rose above the base model's: this model's frozen features separate these facts "
+                "better than the base model's did")
+    return ""
+
+
+def load(run_dir) -> Any:
+    """A run folder that ``kinject run`` (or ``--repeats``, or a grid cell) wrote, as :class:`kinject.RunResult`:
+    its metrics.json by split, ``.output`` the folder. A folder without a readable metrics.json mapping is one line
+    (a :class:`kinject.errors.DataError` naming it)."""
+    import json
+    from pathlib import Path
+
+    from kinject.errors import DataError, DataMissingError
+    from kinject.notebook import RunResult
+
+    folder = Path(run_dir).expanduser()
+    path = folder / "metrics.json"
+    if not path.is_file():
+        raise DataMissingError("no metrics.json: not a finished run folder (kinject run writes it last)",
+                               folder if not folder.is_dir() else path)
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"not readable JSON ({exc})", path) from None
+    if not isinstance(metrics, dict):
+        raise DataError(f"expected a mapping of split -> metrics, got a {type(metrics).__name__}", path)
+    return RunResult(metrics, folder)

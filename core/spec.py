@@ -15,6 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from kinject.fingerprint import NOT_KEYED
 
 
+#: the largest budgets a run takes (a finite float; a budget past these would run for years, or overflow a step count)
+MAX_EPOCHS = 10_000
+MAX_STEPS = 100_000_000
+_EPOCHS = {"gt": 0, "le": MAX_EPOCHS, "allow_inf_nan": False}
+_STEPS = {"ge": -1, "le": MAX_STEPS}
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True, protected_namespaces=())
 
@@ -50,9 +57,9 @@ class PeftSpec(StrictModel):
 class TrainingSpec(StrictModel):
     """Optimisation settings shared by every stage that trains (a strategy may override per stage)."""
 
-    epochs: float = Field(3.0, gt=0, description="Training epochs.")
-    max_steps: int = Field(-1, description="Stop after this many optimiser steps (-1: use epochs).")
-    min_steps: int | None = Field(None, ge=1, description="Train at least this many optimiser steps, even when "
+    epochs: float = Field(3.0, **_EPOCHS, description="Training epochs.")
+    max_steps: int = Field(-1, **_STEPS, description="Stop after this many optimiser steps (-1: use epochs).")
+    min_steps: int | None = Field(None, ge=1, le=MAX_STEPS, description="Train at least this many optimiser steps, even when "
                                   "`epochs` of a small training set would be fewer (ignored with max_steps).")
     learning_rate: float = Field(5e-5, gt=0, description="Peak learning rate (linear decay).")
     head_learning_rate: float | None = Field(None, gt=0, description="Peak learning rate of the new task head "
@@ -65,7 +72,7 @@ class TrainingSpec(StrictModel):
     warmup_ratio: float = Field(0.1, ge=0, le=1, description="Fraction of steps for linear warm-up.")
     gradient_accumulation_steps: int = Field(1, ge=1, description="Batches per optimiser step.")
     group_by_length: bool = Field(True, description="Batch examples of similar length (less padding).")
-    save_steps: int = Field(500, ge=1, description="Checkpoint interval in steps (what --resume restarts from).",
+    save_steps: int = Field(500, ge=1, le=MAX_STEPS, description="Checkpoint interval in steps (what --resume restarts from).",
                             json_schema_extra=NOT_KEYED)
     logging_steps: int = Field(50, ge=1, description="Log training loss every N steps.", json_schema_extra=NOT_KEYED)
     eval_steps: int | None = Field(None, ge=1, description="Score the dev split every N steps during training and "
@@ -116,8 +123,8 @@ class TrainingOverrides(StrictModel):
     """Training settings of one stage that differ from the run's `training` (unset: the run's value): a
     strategy's per-stage budget (STILT's intermediate tasks, DoKTra's teacher and distillation stages)."""
 
-    epochs: float | None = Field(None, gt=0, description="Training epochs.")
-    max_steps: int | None = Field(None, description="Optimiser steps (-1: use epochs).")
+    epochs: float | None = Field(None, **_EPOCHS, description="Training epochs.")
+    max_steps: int | None = Field(None, **_STEPS, description="Optimiser steps (-1: use epochs).")
     learning_rate: float | None = Field(None, gt=0, description="Peak learning rate.")
     head_learning_rate: float | None = Field(None, gt=0, description="Peak learning rate of the new task head.")
     batch_size: int | None = Field(None, ge=1, description="Training batch size.")
@@ -197,7 +204,7 @@ class KnowledgeSpec(StrictModel):
     """How much knowledge a run injects, and which facts every knowledge source holds out (docs/evidence.md,
     "Knowledge on one footing")."""
 
-    epochs: float | None = Field(None, gt=0, description="The knowledge dose, the same way for every strategy: "
+    epochs: float | None = Field(None, **_EPOCHS, description="The knowledge dose, the same way for every strategy: "
                                  "epochs over the rows a strategy trains its knowledge on (KIMERA: its KG rows; MoP: "
                                  "each part's triples; pretrain: its packed corpus; a third party's: what it maps it "
                                  "to). Unset: each strategy's own budget setting (kg_steps, adapter_epochs, "
@@ -248,8 +255,9 @@ class RunSpec(StrictModel):
                                              "hooks.knowledge-probe.enabled=false leaves the knowledge probe out.")
     choose: bool | None = Field(None, description="On a train split under 1,000 examples, choose the task's "
                                 "alternatives (a pair task's encoder, a classifier's head learning rate) by 5-fold "
-                                "cross-validation on it before the run (kinject.choose; announced, cached, recorded in "
-                                "run.json). Unset: on (KINJECT_CHOOSE=0 turns it off); false: off.")
+                                "cross-validation on it before the run (the training library's decisions; announced, "
+                                "cached, recorded in run.json; docs/training.md). Unset: on, except under the quick "
+                                "protocol (KINJECT_CHOOSE=0 turns it off); false: off; true: on, also under --quick.")
     protocol: str = Field("kinject", description="kinject: the defaults (tuned for this scale); paper: the strategy's "
                           "paper protocol (its hyperparameters where they apply; `kinject info STRATEGY`) for every "
                           "field not set here, before the task's recommended settings.")

@@ -22,8 +22,13 @@ def format_validation_error(exc: ValidationError, prefix: str = "", model: type[
         loc = ".".join(str(p) for p in (prefix.split(".") if prefix else []) + list(err["loc"]))
         msg = err["msg"]
         if err["type"] == "extra_forbidden" and model is not None:
+            import difflib
+
             allowed = _allowed_fields(model, err["loc"][:-1])
-            msg = f"unknown field; allowed: {', '.join(allowed)}" if allowed else "unknown field"
+            close = difflib.get_close_matches(str(err["loc"][-1]), allowed, n=2, cutoff=0.6)
+            msg = "unknown field" + (f". Did you mean {' or '.join(map(repr, close))}?" if close else "") + \
+                (f" (allowed: {', '.join(allowed)})" if close and allowed else f"; allowed: {', '.join(allowed)}"
+                 if allowed else "")
         if err["type"] == "value_error":
             msg = msg.removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)

@@ -58,14 +58,32 @@ def limited(examples: list[dict], limit: int) -> list[dict]:
     return out
 
 
+#: how folds are drawn (a fold run's task reference carries it, so folds drawn otherwise are other stages)
+FOLD_SCHEME = "stratified-group"
+
+
 def fold_of(examples: list[dict], fold: tuple[int, int, int], held_out: bool) -> list[dict]:
     """Cross-validation on a training split: ``fold`` = (i, k, seed); the examples of fold i (``held_out``: the
     dev split of the fold) or of the other k - 1 folds (its training split). Examples that share a ``group`` (a
-    query's candidates, an abstract's sentences) stay in one fold."""
-    import random
+    query's candidates, an abstract's sentences) stay in one fold, and single labels (strings) are spread over the
+    folds in proportion (scikit-learn's StratifiedGroupKFold, shuffled with ``seed``)."""
+    import warnings
+
+    import numpy as np
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    from kinject.errors import DataError
 
     index, k, seed = fold
-    groups = list(dict.fromkeys(str(ex.get("group", i)) for i, ex in enumerate(examples)))
-    random.Random(f"{seed}:{k}").shuffle(groups)
-    chosen = {g for j, g in enumerate(groups) if j % k == index}
-    return [ex for i, ex in enumerate(examples) if (str(ex.get("group", i)) in chosen) == held_out]
+    groups = [str(ex.get("group", i)) if isinstance(ex, dict) else str(i) for i, ex in enumerate(examples)]
+    if len(set(groups)) < k:
+        raise DataError(f"fold {index}/{k}: the train split has {len(set(groups))} unit(s), fewer than {k} folds")
+    labels = [ex.get("label") if isinstance(ex, dict) else None for ex in examples]
+    if not all(isinstance(label, str) for label in labels):
+        labels = ["-"] * len(examples)  # scores, label lists, tags: grouped folds only
+    with warnings.catch_warnings():  # a class rarer than k folds is spread as far as it goes
+        warnings.simplefilter("ignore", UserWarning)
+        splitter = StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed)
+        _, held = list(splitter.split(np.zeros(len(examples)), labels, groups))[index]
+    chosen = set(held.tolist())
+    return [ex for i, ex in enumerate(examples) if (i in chosen) == held_out]

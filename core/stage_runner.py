@@ -19,6 +19,7 @@ from kinject import __version__
 from kinject.cache import StageLock, check_finished, clean_stage_folder, file_records, partial_path
 from kinject.distributed import barrier, broadcast, is_main_process, rank, world_size
 from kinject.errors import KinjectError
+from kinject.estimate import stage_flops
 from kinject.files import discard, filesystem_fault
 from kinject.interfaces import Stage, StageContext
 from kinject.keys import PlannedStage, plan
@@ -39,8 +40,9 @@ def check_fence() -> None:
     """Raise :class:`kinject.errors.LeaseLost` when the stage this process computes was taken over by another
     process (its lease expired while this one stalled). Training loops call it every step (the training library's
     HookCallback), the engine before publishing: a superseded holder stops writing and publishes nothing."""
-    from kinject.errors import LeaseLost
+    from kinject.errors import Interrupted, LeaseLost
 
+    Interrupted.raise_pending()  # a Ctrl-C that struck inside a log write (kinject.errors.Interrupted.install)
     if _FENCES and not _FENCES[-1].holds():
         raise LeaseLost(f"stage {_FENCES[-1].label}: this process's lease expired and another process took it over")
 
@@ -175,6 +177,7 @@ def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]
             info = {"stage": stage.name, "key": key, "record": planned.record,
                     "config": stage.config.model_dump(mode="json"), "kinject": __version__,
                     "seconds": round(time.perf_counter() - start, 3), "rank": rank(),
+                    "flops": stage_flops(stage.config, run),  # what --dry-run's estimates learn from
                     "files": file_records(partial / "out")}
             (partial / "out" / "stage.json").write_text(json.dumps(info, indent=2, default=str))
             _finish(partial / "out", folder)

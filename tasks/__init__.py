@@ -22,6 +22,6 @@ _EXPORTS = {  # name -> the module defining it
     # scoring helpers the evaluators use (and the evidence library's scorers)
     ".evaluators.calibration": ("expected_calibration_error",),
     ".evaluators.retrieval": ("relevant_ranks",),
-    ".evaluators.scores": ("softmax",),
+    ".evaluators.scores": ("softmax", "weighted_auroc"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -64,6 +64,8 @@ class HoCTask(CatalogueSplits, SequenceClassificationTask):
     info: ClassVar[DatasetInfo] = HOC
     dataset: ClassVar[str] = HOC.folder
     kind: ClassVar[str] = "document_classification"
+    unit: ClassVar[str] = "abstract"
+    example_unit: ClassVar[str] = "sentence"
     problem_type: ClassVar[str] = "multi_label_classification"
     default_metrics: ClassVar[list[dict]] = [{"name": "f1", "options": {"average": "macro"}},
                                              {"name": "f1", "options": {"average": "micro"}}]

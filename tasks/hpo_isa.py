@@ -34,6 +34,8 @@ class HpoIsaTask(SequenceClassificationTask):
     """Is HPO term A a kind of term B? Names only; few training pairs; hard negatives; accuracy, F1, AUROC."""
 
     Config: ClassVar = HpoIsaConfig
+    unit: ClassVar[str] = "child term"  # a term's pairs with its parent and the other terms drawn for it
+    example_unit: ClassVar[str] = "pair"
     default_metrics: ClassVar[list[dict]] = [
         {"name": "accuracy"}, {"name": "f1", "options": {"average": "macro"}},
         {"name": "auroc", "options": {"averages": ["macro"], "positive": "yes"}}]

@@ -7,6 +7,7 @@ in ``<data_dir>/<folder>/``. Model: a linear layer per word (first sub-token), B
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import ClassVar
 
@@ -73,10 +74,35 @@ class ConllNERTask(CatalogueSplits, TokenClassificationTask):
         "--task ncbi-disease --trials 5 over epochs {1,2} x lr {5e-5,1e-4,2e-4} x head lr {1e-4,1e-3,1e-2}: 0.815 "
         "here, 0.796-0.799 at lr 1e-4, 0.773 at 5e-5, 0.712 with 1 epoch at 5e-5")
 
+    unit: ClassVar[str] = "document"  # the sentences after one -DOCSTART- line
+    example_unit: ClassVar[str] = "sentence"  # a file without -DOCSTART- lines: each sentence is a unit
+
     def read_split(self, path: Path, split: str) -> list[dict]:
+        sentences = list(read_conll(path, self.entity_types, self.default_type))
+        marked = any(s["doc"] for s in sentences)  # grouped by document only where the file marks documents
         return [{"id": f"{split}-{i}", "words": s["words"], "tags": s["tags"], "where": f"{path}:{s['line']}",
-                 "group": s["doc"]}
-                for i, s in enumerate(read_conll(path, self.entity_types, self.default_type))]
+                 **({"group": s["doc"]} if marked else {})} for i, s in enumerate(sentences)]
+
+    def describe_data(self, env) -> str:
+        """The dataset, and what a unit is where its files mark no documents (recorded in run.json's ``data``)."""
+        from kinject.api import KinjectError
+
+        unmarked = []
+        for split in (self.train_split, *self.eval_splits):
+            try:
+                path = self.split_path(split, env)
+            except KinjectError:
+                continue
+            if not _marks_documents(str(path), path.stat().st_mtime_ns):
+                unmarked.append(path.name)
+        note = f" (units: sentences; no -DOCSTART- document markers in {', '.join(unmarked)})" if unmarked else ""
+        return super().describe_data(env) + note
+
+
+@functools.lru_cache(maxsize=32)
+def _marks_documents(path: str, mtime_ns: int) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return any(line.startswith("-DOCSTART-") for line in handle)
 
 
 class BC5ChemTask(ConllNERTask):

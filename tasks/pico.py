@@ -122,6 +122,8 @@ class EBMPicoTask(CatalogueSplits, TokenClassificationTask):
     info: ClassVar[DatasetInfo] = EBMNLP
     dataset: ClassVar[str] = EBMNLP.folder
     kind: ClassVar[str] = "pico"
+    unit: ClassVar[str] = "abstract"
+    example_unit: ClassVar[str] = "sentence"
     entity_types: ClassVar[tuple[str, ...]] = tuple(ELEMENTS)
     default_metrics: ClassVar[list[dict]] = [{"name": "pico-f1"}]
 

@@ -89,6 +89,8 @@ class RetrievalTask(SequenceClassificationTask):
 
     Config: ClassVar = RetrievalConfig
     kind: ClassVar[str] = "retrieval"
+    unit: ClassVar[str] = "query"  # a query with its candidates
+    example_unit: ClassVar[str] = "candidate pair"
     default_metrics: ClassVar[list[dict]] = [{"name": "recall-at-k", "options": {"ks": [1, 5]}}, {"name": "mrr"}]
 
     def __init__(self, config=None, **overrides):

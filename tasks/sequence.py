@@ -73,7 +73,7 @@ class SequenceClassificationTask(Task):
         return "regression" if self.problem_type == "regression" else "binary"
 
     def alternatives(self, env: Environment, spec) -> dict[str, list]:
-        """For a small train split (chosen by cross-validation, :mod:`kinject.choose`): a pair task's encoder (cross or
+        """For a small train split (chosen by cross-validation, docs/training.md): a pair task's encoder (cross or
         bi, where a bi-encoder fits: a score or two labels) and a classifier's head learning rate (the encoder's, or
         a fast one) unless the task recommends one."""
         out: dict[str, list] = {}

@@ -72,14 +72,16 @@ def read_conll(path: Path, types: tuple[str, ...] = (), default_type: str = "ENT
     """Sentences of a ``token<TAB>tag`` file (blank line between sentences, ``-DOCSTART-`` lines skipped).
 
     Tags must be ``O``, ``B-T`` or ``I-T`` (T in ``types`` when given; bare ``B``/``I`` get ``default_type``).
-    Yields dicts ``words``, ``tags``, ``line`` (first line of the sentence), ``doc`` (last DOCSTART id).
+    Yields dicts ``words``, ``tags``, ``line`` (first line of the sentence), ``doc`` (the document: ``N:id`` of the
+    N-th DOCSTART line before it, ids need not be unique; "" before the first or in a file without them).
     """
     words: list[str] = []
     tags: list[str] = []
-    first, doc, empty = 0, "", True
+    first, doc, docs, empty = 0, "", 0, True
     for number, line in iter_lines(path):
         if line.startswith("-DOCSTART-"):
-            doc = line[len("-DOCSTART-"):].strip()
+            docs += 1
+            doc = f"{docs}:{line[len('-DOCSTART-'):].strip()}"
             continue
         if not line.strip():
             if words:

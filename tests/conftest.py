@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
-import random
 from pathlib import Path
 
 import pytest
+
+from benchmarks.common import write_textcls  # noqa: F401  (tests import it from here)
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -56,23 +56,6 @@ def data_dir() -> Path:
     if not path.is_dir():
         pytest.skip(f"benchmark data not found at {path}")
     return path
-
-
-def write_textcls(folder: Path, n_train: int = 48, n_eval: int = 16, seed: int = 0) -> Path:
-    """A small, learnable two-class JSONL dataset."""
-    rng = random.Random(seed)
-    bio = ["gene expression increased in tumor cells", "the drug dose reduced symptoms",
-           "protein level rose after treatment", "patients with the disease had risk"]
-    other = ["the weather was cold today", "we went to the market", "a cat sat on the mat",
-             "trains run late on sunday"]
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, n in (("train", n_train), ("dev", n_eval), ("test", n_eval)):
-        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as handle:
-            for i in range(n):
-                label = "bio" if i % 2 == 0 else "other"
-                text = rng.choice(bio if label == "bio" else other)
-                handle.write(json.dumps({"text": text, "label": label}) + "\n")
-    return folder
 
 
 @pytest.fixture

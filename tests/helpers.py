@@ -1,4 +1,4 @@
-"""Helpers shared by tests (imported as ``from helpers import ...``; tests/ is on sys.path under pytest)."""
+"""Helpers shared by tests (imported as ``from helpers import ...``: pytest imports tests/ modules by basename)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,23 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from benchmarks.common import write_kg  # noqa: F401  (tests import it from here)
+
+
+def wait_until(predicate, what: str, seconds: float = 900, process: subprocess.Popen | None = None) -> None:
+    """Poll ``predicate`` until it holds: tests that kill, signal, lock or race wait on such an event (a file, a log
+    line), never on a fixed sleep. The deadline is generous, so a loaded machine only makes them slower; with
+    ``process``, fail at once if it ends first."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if process is not None and process.poll() is not None and not predicate():
+            raise AssertionError(f"the process ended (exit code {process.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+        time.sleep(0.1)
 
 
 def run_kinject(*args: str) -> int:
@@ -31,7 +48,8 @@ def free_port() -> str:
 
 
 def fake_distribution(root: Path, name: str, entry_points: str, modules: dict[str, str]) -> Path:
-    """A minimal installed distribution (dist-info + modules) on a folder we can put on sys.path."""
+    """A minimal installed distribution (dist-info + modules) in a folder (tests put it first on the import path
+    with ``monkeypatch.syspath_prepend``)."""
     info = root / f"{name.replace('-', '_')}-1.2.3.dist-info"  # dist-info names use underscores
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.2.3\n")
@@ -51,20 +69,6 @@ def one_line_error(capsys, args) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:"), err
     return err[0]
-
-
-def write_kg(path: Path, clusters: int = 3, size: int = 8, rows: int = 40, seed: int = 0) -> Path:
-    """``clusters`` groups of ``size`` entities, ``rows`` triples inside each, one bridge triple between two."""
-    rng = random.Random(seed)
-    words = "gene protein cell drug dose disease cancer tumor level risk".split()
-    with open(path, "w", encoding="utf-8") as handle:
-        for g in range(clusters):
-            names = [f"{words[(g * 3 + i) % len(words)]} {g}{i}" for i in range(size)]
-            for _ in range(rows):
-                a, b = rng.sample(names, 2)
-                handle.write(f"{a}\t{rng.choice(['causes', 'treats', 'is a'])}\t{b}\n")
-        handle.write(f"{words[0]} 00\tcauses\t{words[3]} 10\n")
-    return path
 
 
 CORPUS_WORDS = ("gene expression protein cell tumor patients drug dose lymphoma insulin receptor kinase pathway mutation "
@@ -117,3 +121,32 @@ def plans(tmp_path: Path, textcls_dir: Path) -> dict[str, object]:
         for planned in plan(prepare(build_spec(spec))):
             out[f"{name}/{planned.stage.name}"] = planned
     return out
+
+
+def fake_kinject_run(folder: Path, model_dir: str, exclude: list[str], task: dict | None = None,
+                     dose: bool = True) -> Path:
+    """A kinject run directory as a later run reads it (run.json, metrics.json, a copy of ``model_dir`` as model/):
+    trained on ``task`` (default hpo-isa) with ``knowledge.exclude`` = ``exclude`` and, with ``dose``, knowledge
+    consumed (the is-a graph)."""
+    import json
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(model_dir, folder / "model", dirs_exist_ok=True)
+    task = task or {"name": "hpo-isa"}
+    held = None if not exclude else {"facts": 0, "digest": "", "splits": exclude, "file": None}
+    info = {"spec": {"task": task, "sources": [{"name": "hpo", "include": ["isa"]}] if dose else []},
+            "knowledge": {"epochs": None, "exclude": exclude, "exclude_file": None, "held_out": held}, "seed": 42}
+    (folder / "run.json").write_text(json.dumps(info))
+    (folder / "metrics.json").write_text(json.dumps({"dose": {"unit": "triples", "distinct": 22000}} if dose else {}))
+    return folder
+
+
+def refusal_line(capsys, args) -> str:
+    """Run kinject with ``args``, expect exit 2, one "error:" line, the last thing said, and no traceback."""
+    capsys.readouterr()
+    assert run_kinject(*args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("error:")]
+    assert len(errors) == 1 and err[-1] == errors[0] and not any("Traceback" in line for line in err), err
+    return errors[0]

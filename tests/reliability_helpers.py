@@ -11,13 +11,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 SLOWED = """
-import sys, time
+import os, sys, time
 from kinject.hooks import plugin_manager, hookimpl
 
 class Slow:
     @hookimpl
     def kinject_metrics_logged(self, stage, metrics, step):
-        time.sleep(float(__import__("os").environ.get("KINJECT_TEST_STEP_DELAY", "0.2")))
+        time.sleep(float(os.environ.get("KINJECT_TEST_STEP_DELAY", "0.2")))
+        gate = os.environ.get("KINJECT_TEST_GATE")  # see spawn(gate=...)
+        if gate and (step or 0) >= int(os.environ["KINJECT_TEST_GATE_STEP"]) and not os.path.exists(gate):
+            open(gate + ".held", "w").close()
+            deadline = time.monotonic() + 1800
+            while not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.05)
 
 plugin_manager().register(Slow(), name="slow")
 from kinject.cli.main import main
@@ -96,11 +102,18 @@ def identical(a: Path, b: Path) -> list[str]:
     return [k for k in sorted(set(x) | set(y)) if k not in x or k not in y or not torch.equal(x[k], y[k])]
 
 
-def spawn(args: list[str], env: dict | None = None, slowed: bool = False, log: Path | None = None) -> subprocess.Popen:
+def spawn(args: list[str], env: dict | None = None, slowed: bool = False, log: Path | None = None,
+          gate: Path | None = None, gate_step: int = 5) -> subprocess.Popen:
     """``kinject ARGS`` in a new process (its own session, so a test can kill its whole group); with ``log``, its
-    output goes to that file (read it while the process runs), else to a pipe :func:`finish` reads."""
-    code = SLOWED if slowed else "import sys\nfrom kinject.cli.main import main\nmain(sys.argv[1:])"
+    output goes to that file (read it while the process runs), else to a pipe :func:`finish` reads. ``slowed``:
+    every logged training step sleeps ``KINJECT_TEST_STEP_DELAY`` s; with ``gate``, training also holds at its first
+    log from step ``gate_step`` on (it creates ``<gate>.held``: :func:`held`) until the file ``gate`` exists (the test
+    creates it). A process that must still be training when another arrives is held there, not raced against a
+    clock; the run needs ``training.logging_steps=1``."""
+    code = SLOWED if slowed or gate else "import sys\nfrom kinject.cli.main import main\nmain(sys.argv[1:])"
     environment = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    if gate is not None:
+        environment.update(KINJECT_TEST_GATE=str(gate), KINJECT_TEST_GATE_STEP=str(gate_step))
     output = open(log, "w") if log is not None else subprocess.PIPE
     process = subprocess.Popen([sys.executable, "-c", code, *args], env=environment, stdout=output,
                                stderr=subprocess.STDOUT if log is not None else subprocess.PIPE, text=True,
@@ -109,7 +122,24 @@ def spawn(args: list[str], env: dict | None = None, slowed: bool = False, log: P
     return process
 
 
-def finish(processes: list[subprocess.Popen], timeout: float = 300) -> list[tuple[int, str]]:
+def held(gate: Path) -> bool:
+    """Whether the process spawned with ``gate`` holds mid-training, waiting for the file."""
+    return Path(f"{gate}.held").exists()
+
+
+def checkpoint_written(cache: Path, stage: str = "finetune") -> bool:
+    """Whether a computation of ``stage`` in ``cache`` has a complete Trainer checkpoint (its trainer_state.json,
+    which the Trainer writes last, reads back)."""
+    for state in Path(cache).glob(f"stages/{stage}/*.partial/work/checkpoint-*/trainer_state.json"):
+        try:
+            json.loads(state.read_text())
+            return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def finish(processes: list[subprocess.Popen], timeout: float = 1200) -> list[tuple[int, str]]:
     """(exit code, its output: stderr, or the log file) of each process once it ends."""
     out = []
     for process in processes:

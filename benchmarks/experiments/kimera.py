@@ -30,12 +30,12 @@ What was run on the 2-core CPU (`--evaluations hpo`; docs/results.md "KIMERA"): 
 arms no-mask (seeds 42-46), hard (42-46), hard-freeze (42-46), random and no-mask-freeze (42-44: `--repeats 3`); not run: (b).
 
 Usage:
-  python benchmarks/experiments/kimera.py                          # print the commands
-  python benchmarks/experiments/kimera.py --run                    # run them one after another
-  python benchmarks/experiments/kimera.py --pilot --run --model tiny --out runs/kimera-pilot
-  python benchmarks/experiments/kimera.py terms FILE [--limit N]   # step 2 alone
-  python benchmarks/experiments/kimera.py overlap MASKS.json ...   # step 3's overlap alone
-  python benchmarks/experiments/kimera.py heldout RUN_DIR ...      # step 5's held-out KG accuracy alone
+  python -m benchmarks.experiments.kimera                          # print the commands
+  python -m benchmarks.experiments.kimera --run                    # run them one after another
+  python -m benchmarks.experiments.kimera --pilot --run --model tiny --out runs/kimera-pilot
+  python -m benchmarks.experiments.kimera terms FILE [--limit N]   # step 2 alone
+  python -m benchmarks.experiments.kimera overlap MASKS.json ...   # step 3's overlap alone
+  python -m benchmarks.experiments.kimera heldout RUN_DIR ...      # step 5's held-out KG accuracy alone
 Environment: HF_HUB_OFFLINE=1, KINJECT_DATA_DIR (../shared/data, with medquad/), KINJECT_CACHE_DIR (shared by
 every command), OMP_NUM_THREADS=1 for one job per core.
 """
@@ -44,11 +44,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
-SCRIPT = os.path.relpath(os.path.abspath(__file__))
+SCRIPT = "benchmarks.experiments.kimera"  # run as python -m SCRIPT from the repository root
 CAPR = {"candidates": 50, "max_eval_queries": 400, "max_train_queries": 500}
 EVALUATIONS = {"hpo": {"dataset": "hpo", "setting": "zero-shot", "train_dataset": "medquad", **CAPR},
                "medquad": {"dataset": "medquad", "setting": "zero-shot", "train_dataset": "hpo", **CAPR}}
@@ -91,19 +90,19 @@ def grid(out: str, pilot: bool, model: str = "minilm", evaluations: tuple[str, .
     repeats = ["--seed", "42", "--repeats", "2" if pilot else "5"]
     terms = f"{out}/hpo-test-terms.txt"
     commands = [run("finetune", e, model, pilot, {}, f"{out}/finetune-{e}") + repeats for e in evaluations]
-    commands.append(["python", SCRIPT, "terms", terms, *(["--limit", str(PILOT_LIMIT)] if pilot else [])])
+    commands.append(["python", "-m", SCRIPT, "terms", terms, *(["--limit", str(PILOT_LIMIT)] if pilot else [])])
     masks = [f"{out}/mask-s{s}/masks.json" for s in SCORE_SEEDS]
     for seed, masks_json in zip(SCORE_SEEDS, masks):
         search = {"strategy.variant": "hard", "strategy.until": "mask", "strategy.score_seed": seed, **SCORING}
         commands.append(run("kimera", "hpo", model, pilot, search, str(Path(masks_json).parent)) + ["--seed", "42"])
-    commands.append(["python", SCRIPT, "overlap", *masks])
+    commands.append(["python", "-m", SCRIPT, "overlap", *masks])
     kg = {**KG, **SUBGRAPH, "sources.0.around": terms}
     for evaluation in evaluations:
         for arm, settings in ARMS.items():
             given = {"strategy.mask_file": masks[0]} if settings["strategy.variant"] != "no-mask" else {}
             commands.append(run("kimera", evaluation, model, pilot, {**settings, **given, **kg},
                                 f"{out}/kimera-{evaluation}-{arm}") + repeats)
-    commands.append(["python", SCRIPT, "heldout", *(f"{out}/kimera-hpo-{arm}" for arm in ARMS)])
+    commands.append(["python", "-m", SCRIPT, "heldout", *(f"{out}/kimera-hpo-{arm}" for arm in ARMS)])
     for evaluation in evaluations:
         baseline = f"{out}/finetune-{evaluation}"
         commands.append(["kinject", "compare", baseline, *(f"{out}/kimera-{evaluation}-{arm}" for arm in ARMS),
@@ -115,7 +114,7 @@ def grid(out: str, pilot: bool, model: str = "minilm", evaluations: tuple[str, .
 def write_terms(argv: list[str]) -> None:
     """The HPO term ids of evaluation (a)'s test queries, read through the CAPR task itself (its hpo dataset has
     one query per term: query id = term id), one per line."""
-    parser = argparse.ArgumentParser(prog=f"{SCRIPT} terms")
+    parser = argparse.ArgumentParser(prog=f"python -m {SCRIPT} terms")
     parser.add_argument("file")
     parser.add_argument("--limit", type=int, default=None, help="the runs' --limit (pilot)")
     args = parser.parse_args(argv)
@@ -172,8 +171,7 @@ if __name__ == "__main__":
                      help="comma-separated: hpo (a), medquad (b); the CPU run in docs/results.md did hpo only")
     known, rest = pre.parse_known_args()
     sys.argv = [sys.argv[0], *rest]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from runner import main
+    from benchmarks.experiments.runner import main
 
     main(__doc__, lambda out, pilot: grid(out, pilot, known.model, tuple(known.evaluations.split(","))),
          "runs/kimera-exp")

@@ -29,13 +29,13 @@ What was run on the lent GPU (`--gpu`, docs/results.md "MoP on a GPU"): the full
 NCBI-disease, BC5-disease and HoC at their recommended settings, the K=20 shuffle and untrained controls.
 
 Usage:
-  python benchmarks/experiments/mop.py --cpu [--run]    # the CPU experiment above
-  python benchmarks/experiments/mop.py --gpu [--run]    # the GPU experiment above
-  python benchmarks/experiments/mop.py --names [--run]  # name-scoring adapters on the is-a graph (CPU)
-  python benchmarks/experiments/mop.py                  # print the grid's commands
-  python benchmarks/experiments/mop.py --run            # run them one after another
-  python benchmarks/experiments/mop.py --compare        # print the `kinject compare` commands of the grid
-  python benchmarks/experiments/mop.py --pilot --run    # the pilot cell (< 10 CPU-min, one core)
+  python -m benchmarks.experiments.mop --cpu [--run]    # the CPU experiment above
+  python -m benchmarks.experiments.mop --gpu [--run]    # the GPU experiment above
+  python -m benchmarks.experiments.mop --names [--run]  # name-scoring adapters on the is-a graph (CPU)
+  python -m benchmarks.experiments.mop                  # print the grid's commands
+  python -m benchmarks.experiments.mop --run            # run them one after another
+  python -m benchmarks.experiments.mop --compare        # print the `kinject compare` commands of the grid
+  python -m benchmarks.experiments.mop --pilot --run    # the pilot cell (< 10 CPU-min, one core)
 Environment: HF_HUB_OFFLINE=1, KINJECT_DATA_DIR (../shared/data), KINJECT_CACHE_DIR (shared by every command),
 OMP_NUM_THREADS=1 for one job per core.
 """

@@ -10,7 +10,7 @@ Held-out rows test generalisation to unseen triples; the training-row probe (2,0
 stored. Only the knowledge stages run (``mop-partition``, ``mop-adapter-0``), cached like any run's.
 
 Usage (one core, ~15 min cold):
-  HF_HUB_OFFLINE=1 KINJECT_CACHE_DIR=... python benchmarks/experiments/mop_heads.py [--csv heads.csv]
+  HF_HUB_OFFLINE=1 KINJECT_CACHE_DIR=... python -m benchmarks.experiments.mop_heads [--csv heads.csv]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ states over fixed question/passage pairs, then the same for each adapter alone: 
 depends on the input (the fine-tune must undo that before a [CLS]-pooled task can learn).
 
 Usage:
-  python benchmarks/experiments/mop_representation.py --adapters CACHE/stages/mop-adapter-0/KEY/adapter ...
+  python -m benchmarks.experiments.mop_representation --adapters CACHE/stages/mop-adapter-0/KEY/adapter ...
 (a MoP run's kinject.log names each `mop-adapter-N [KEY]` stage; KINJECT_CACHE_DIR holds them.)
 """
 

@@ -34,10 +34,10 @@ of 32 on one core: ~3.5 h, more than a session had):
 bfloat16 autocast where the CPU has it (the default).
 
 Usage:
-  python benchmarks/experiments/pretrain.py --cpu [--run]   # the CPU experiment above
-  python benchmarks/experiments/pretrain.py                 # print every command
-  python benchmarks/experiments/pretrain.py --run           # run them one after another
-  python benchmarks/experiments/pretrain.py --pilot --run   # the pilot: vocabulary in full + a short continual MLM
+  python -m benchmarks.experiments.pretrain --cpu [--run]   # the CPU experiment above
+  python -m benchmarks.experiments.pretrain                 # print every command
+  python -m benchmarks.experiments.pretrain --run           # run them one after another
+  python -m benchmarks.experiments.pretrain --pilot --run   # the pilot: vocabulary in full + a short continual MLM
 Environment: HF_HUB_OFFLINE=1, KINJECT_DATA_DIR (../shared/data), KINJECT_CACHE_DIR (shared by every command);
 the pilot was run with OMP_NUM_THREADS=1.
 """
@@ -145,8 +145,7 @@ def grid(out: str, pilot: bool) -> list[list[str]]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from runner import main
+    from benchmarks.experiments.runner import main
 
     if "--cpu" in sys.argv:
         sys.argv.remove("--cpu")

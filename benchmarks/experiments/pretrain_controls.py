@@ -15,15 +15,12 @@ Then `kinject compare` pairs every pretrained model with the domain run on the t
 also compares it with fine-tuning minilm). On a GPU, raise the budget in `grid` (every run alike).
 
 Usage:
-  python benchmarks/experiments/pretrain_controls.py [--run] [--out runs/pretrain-controls]
-  python benchmarks/experiments/pretrain_controls.py --pilot --run    # 20 MLM steps, 64 examples: a smoke run
+  python -m benchmarks.experiments.pretrain_controls [--run] [--out runs/pretrain-controls]
+  python -m benchmarks.experiments.pretrain_controls --pilot --run    # 20 MLM steps, 64 examples: a smoke run
 Environment: HF_HUB_OFFLINE=1, KINJECT_DATA_DIR (../shared/data), KINJECT_CACHE_DIR (shared by every command).
 """
 
 from __future__ import annotations
-
-import os
-import sys
 
 TASK = "ncbi-disease"
 SEEDS = ["--seed", "42", "--repeats", "3"]
@@ -51,7 +48,6 @@ def grid(out: str, pilot: bool) -> list[list[str]]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from runner import main
+    from benchmarks.experiments.runner import main
 
     main(__doc__, grid, "runs/pretrain-controls")

@@ -5,9 +5,9 @@ paired difference to the first run with its bootstrap interval, per-seed p-value
 is written by hand; the numbers inside them are not.
 
 Usage:
-  python benchmarks/experiments/results_page.py --runs /path/to/runs            # rewrite docs/results.md
-  python benchmarks/experiments/results_page.py --runs /path/to/runs --only mop-ncbi
-  python benchmarks/experiments/results_page.py --runs /path/to/runs --check    # exit 1 if the page is stale
+  python -m benchmarks.experiments.results_page --runs /path/to/runs            # rewrite docs/results.md
+  python -m benchmarks.experiments.results_page --runs /path/to/runs --only mop-ncbi
+  python -m benchmarks.experiments.results_page --runs /path/to/runs --check    # exit 1 if the page is stale
 docs/results.yaml: ``blocks: {NAME: {runs: [paths relative to --runs, baseline first], split: test,
 metrics: [entity_f1], resamples: 2000}}``; ``kind: metrics`` makes a plain table of metrics.json values per run
 (mean ± std over seeds, per-seed values) instead of a comparison; ``kind: csv`` with ``path:`` renders a CSV file

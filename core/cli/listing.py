@@ -29,13 +29,60 @@ def _task_kinds(value: str) -> str:
     return ", ".join(sorted(kinds))
 
 
+_KINJECT_IMPORT = r"^[ \t]*(?:from[ \t]+(kinject[\w.]*)[ \t]+import|import[ \t]+(kinject[\w.]*))"
+
+
+def deprecated_imports(value: str) -> str:
+    """'' or 'imports kinject.stages (moved to kinject.plugins.training)': the moved kinject modules the plugin's
+    package imports (its source text, read; nothing imported). Such a plugin runs, with a deprecation warning, for
+    one release (:mod:`kinject.compat`)."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    from kinject.compat import MOVED, replacement
+
+    top = value.partition(":")[0].split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or top == "kinject":
+        return ""
+    files = [Path(p) for p in spec.submodule_search_locations or []]
+    files = [f for folder in files for f in sorted(folder.rglob("*.py"))[:200]] or (
+        [Path(spec.origin)] if spec.origin and spec.origin.endswith(".py") else [])
+    used = set()
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        used |= {a or b for a, b in re.findall(_KINJECT_IMPORT, text, re.M)} & set(MOVED)
+    return "; ".join(f"imports {old} (moved to {replacement(old).split(' (')[0]})" for old in sorted(used))
+
+
+def pipe_console(console=None):
+    """``console`` (default: stdout's) when it writes to a terminal or ``COLUMNS`` is set; else (piped, redirected)
+    a console wide enough that a table row never wraps: one line per row, whole descriptions, for grep and cut."""
+    import os
+
+    from rich.console import Console
+
+    import sys
+
+    console = console or Console()
+    if console.is_terminal or "COLUMNS" in os.environ or console.file not in (sys.stdout, sys.stderr):
+        return console  # a terminal, a width asked for, or a console writing elsewhere (a file, a recording)
+    return Console(file=console.file, width=100_000)
+
+
 def print_plugins(kind: str | None = None, check: bool = False, console=None) -> None:
     """Print name, description, distribution, version and health of every plugin (of one kind)."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = console or Console()
+    console = pipe_console(console)
     if kind is not None and kind not in KINDS:
         close = difflib.get_close_matches(kind, KINDS, n=1)
         raise KinjectError(f"unknown plugin kind {kind!r}." + (f" Did you mean {close[0]!r}?" if close else "")
@@ -48,6 +95,8 @@ def print_plugins(kind: str | None = None, check: bool = False, console=None) ->
         for info in registry(k).infos():
             error = info.error or (registry(k).check(info.name) if check else "")
             health = "[green]ok[/]" if not error else f"[red]broken[/]: {escape(error)}"
+            moved = "" if error or info.distribution == "kinject" else deprecated_imports(info.value)
+            health += f"; [yellow]deprecated[/]: {escape(moved)}" if moved else ""
             tasks = [escape(_task_kinds(info.value))] if strategies else []
             table.add_row(escape(info.name), escape(info.description), *tasks, escape(info.distribution),
                           escape(info.version), health)

@@ -40,8 +40,10 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
     """Show a plugin's config schema: fields, types, defaults, descriptions."""
     from rich.table import Table
 
+    from kinject.cli.listing import pipe_console
     from kinject.errors import UnknownNameError
 
+    out = pipe_console(console)  # piped: each field one line
     kinds = [kind] if kind else [k for k in KINDS if BASE_CLASSES[k]]
     matches = [k for k in kinds if name in registry(k).names()]
     if not matches:
@@ -55,9 +57,11 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
         cls = registry(k).get(name)
         meta = registry(k).info(name)
         if BASE_CLASSES[k] is None:  # a command or hook plugin: no config
-            console.print(f"[bold]{name}[/] ({SINGULAR[k]}, {meta.distribution} {meta.version}): {meta.description}")
+            out.print(f"[bold]{escape(name)}[/] ({SINGULAR[k]}, {escape(meta.distribution)} "
+                          f"{escape(meta.version)}): {escape(meta.description)}", highlight=False)  # text, not markup
             continue
-        console.print(f"[bold]{name}[/] ({SINGULAR[k]}, {meta.distribution} {meta.version}): {cls.summary()}")
+        out.print(f"[bold]{escape(name)}[/] ({SINGULAR[k]}, {escape(meta.distribution)} {escape(meta.version)}): "
+                      f"{escape(cls.summary())}", highlight=False)
         table = Table()
         for col in ("field", "type", "default", "description"):
             table.add_column(col, overflow="fold")
@@ -65,22 +69,22 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
             default = "(required)" if spec.is_required() else repr(spec.get_default(call_default_factory=True))
             annotation = getattr(spec.annotation, "__name__", None) or str(spec.annotation).replace("typing.", "")
             table.add_row(escape(field), escape(annotation), escape(default), escape(spec.description or ""))
-        console.print(table)
+        out.print(table)
         if k == "strategies":
             from kinject.cli.listing import TASK_KINDS
 
-            console.print("supports: " + ", ".join(TASK_KINDS.get(t, t) for t in sorted(cls.task_kinds)) + " tasks"
+            out.print("supports: " + ", ".join(TASK_KINDS.get(t, t) for t in sorted(cls.task_kinds)) + " tasks"
                           + (f"; reads {', '.join(sorted(cls.consumes))} knowledge sources" if cls.consumes else ""),
                           markup=False, highlight=False)
         if getattr(cls, "recommended", None):
             shown = ", ".join(f"{section}.{k}={v}" for section, values in cls.recommended.items()
                               for k, v in values.items())
-            console.print(f"recommended settings: {shown}", markup=False, highlight=False)
+            out.print(f"recommended settings: {shown}", markup=False, highlight=False)
             if getattr(cls, "recommended_note", ""):
-                console.print(f"  chosen by: {cls.recommended_note}", markup=False, highlight=False)
+                out.print(f"  chosen by: {cls.recommended_note}", markup=False, highlight=False)
         for protocol, presets in (getattr(cls, "protocols", None) or {}).items():
             shown = ", ".join(f"{section}.{k}={v}" for section, values in presets.items() for k, v in values.items())
-            console.print(f"protocol {protocol} (--set protocol={protocol}): {shown}", markup=False, highlight=False)
+            out.print(f"protocol {protocol} (--set protocol={protocol}): {shown}", markup=False, highlight=False)
 
 
 def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir):
@@ -109,12 +113,14 @@ def _dry_run(run_ctx) -> None:
     import yaml
 
     from kinject import outputs, keys, preparation
+    from kinject.estimate import Estimator, duration
 
     resolved = preparation.resolved_spec(run_ctx.spec, run_ctx.task, run_ctx.strategy, run_ctx.sources)
     console.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False, highlight=False)
     console.print(f"data: {outputs.describe_data(run_ctx)}", markup=False)
     runs = [(name, member) for name, member, _ in run_ctx.members if member is not None] or [("", run_ctx)]
-    total, unknown = 0.0, []
+    estimator = Estimator(run_ctx.env.cache_dir, bool(run_ctx.spec.training.bf16))
+    total = 0.0
     for prefix, run in runs:
         for line in outputs.describe_training(run):
             console.print(f"trains on: {line}", markup=False, highlight=False, soft_wrap=True)
@@ -122,37 +128,23 @@ def _dry_run(run_ctx) -> None:
             label = f"{prefix}/{planned.stage.name}" if prefix else planned.stage.name
             estimate = ""
             if not planned.cached:
-                seconds = _past_seconds(run.env.cache_dir, planned.stage.name)
-                if seconds is None:
-                    unknown.append(label)
-                else:
-                    total += seconds
-                    estimate = f" (~{_duration(seconds)}: the median of this machine's earlier runs of it)"
+                guess = estimator(planned.stage, run)
+                total += guess.seconds
+                estimate = f" (~{duration(guess.seconds)}: {guess.how})"
             state = "[green]cache hit[/]" if planned.cached else \
-                f"miss{estimate}: {escape(keys.explain_miss(planned, run.env.cache_dir))}"
+                f"miss{escape(estimate)}: {escape(keys.explain_miss(planned, run.env.cache_dir))}"
             console.print(f"stage {escape(label):<24} {planned.key[:12]}  {state}", soft_wrap=True)
-    console.print(f"estimated time: ~{_duration(total)} for the stages this machine has run before"
-                  + (f"; no estimate for {', '.join(unknown)} (never run here)" if unknown else ""),
+    planned = run_ctx.chosen or {}
+    if planned.get("planned"):  # the choice's fold runs come first: each a plain fine-tune like the one it plans
+        from kinject.spec_input import build_spec
+
+        fold = preparation.prepare(build_spec(planned["fold_spec"]))
+        each = sum(estimator(stage, fold).seconds for stage in fold.stages)
+        total += each * planned["fold_runs"]
+        console.print(f"choice: {planned['fold_runs']} fold runs of the choice first (~{duration(each)} each)",
+                      markup=False, highlight=False, soft_wrap=True)
+    console.print(f"estimated time: ~{duration(total)} for the stages to compute; {estimator.accuracy()}",
                   markup=False, highlight=False, soft_wrap=True)
-
-
-def _past_seconds(cache_dir, name: str) -> float | None:
-    """The median seconds of the finished stages named ``name`` in the cache (their stage.json), None if none."""
-    import json
-    import statistics
-
-    found = []
-    for record in sorted(Path(cache_dir, "stages", name).glob("*/stage.json"))[:50]:
-        try:
-            found.append(float(json.loads(record.read_text())["seconds"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return statistics.median(found) if found else None
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else \
-        f"{seconds / 3600:.1f} h"
 
 
 @app.command()
@@ -174,7 +166,7 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
                                      "why a miss), run nothing"),
         debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Run a strategy on a task: cached stages, run.json, metrics.json, predictions/, model/ (safetensors)."""
-    from kinject import distributed, engine, outputs, preparation
+    from kinject import distributed, engine, outputs
     from kinject.results import print_metrics
 
     if quick:
@@ -184,14 +176,10 @@ def run(strategy: str = typer.Argument(..., help="Strategy name (see `kinject li
     out = Path(spec.output) if spec.output else outputs.default_output(spec)
     command = ["kinject", *sys.argv[1:]] if _ARGV is None else ["kinject", *_ARGV]
     seeds = [spec.seed + i for i in range(repeats)]
-    chosen = None
-    if not dry_run:
-        from kinject.choose import choose
+    from kinject.decisions import prepare_runs  # the automatic decisions, as in every entry point
 
-        spec, chosen = choose(spec, lambda line: console.print(line, markup=False, highlight=False))
-    runs = [preparation.prepare(spec.model_copy(update={"seed": s}), resume=resume, command=command) for s in seeds]
-    for prepared in runs:
-        prepared.chosen = chosen
+    runs = prepare_runs(spec, seeds, resume=resume, command=command, dry_run=dry_run,
+                        announce=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
     outputs.check_output(out, runs[0].env)  # a folder a run may replace: before anything runs
     if dry_run:
         _dry_run(runs[0])
@@ -233,6 +221,20 @@ def _splits(run) -> list[str] | None:
     return list(run.spec.training.eval_splits or run.task.eval_splits)
 
 
+def _bf16_line() -> str:
+    """Whether training.bf16 (autocast) is on by default here, and the CPU instruction sets behind that."""
+    from kinject.machine import BF16_FLAGS, cpu_info
+    from kinject.models import native_bf16
+
+    try:
+        native = native_bf16()
+    except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
+        return f"[red]unknown ({exc})[/]"
+    flags = sorted(cpu_info()[1] & set(BF16_FLAGS))
+    return (f"{'native' if native else 'not native'} ({', '.join(flags) or 'no AVX512-BF16/AMX'}): training.bf16 "
+            f"defaults to {'on' if native else 'off'}")
+
+
 @app.command()
 def doctor():
     """Versions, device, offline status, data and cache dirs, plugins and their health."""
@@ -261,6 +263,7 @@ def doctor():
     except Exception as exc:  # noqa: BLE001 - doctor reports, never fails
         device = f"[red]torch unusable: {exc}[/]"
     table.add_row("device", device)
+    table.add_row("bf16", _bf16_line())
     table.add_row("offline (HF_HUB_OFFLINE)", str(offline()))
     data_dir = default_data_dir()
     present = sorted(p.name for p in data_dir.iterdir() if p.is_dir()) if data_dir.is_dir() else []
@@ -274,8 +277,8 @@ def doctor():
     for kind in KINDS:
         for meta in registry(kind).infos():
             error = meta.error or registry(kind).check(meta.name)
-            plugins.add_row(kind, meta.name, meta.distribution, meta.version,
-                            "[green]ok[/]" if not error else f"[red]broken[/]: {error}")
+            plugins.add_row(kind, escape(meta.name), escape(meta.distribution), escape(meta.version),
+                            "[green]ok[/]" if not error else f"[red]broken[/]: {escape(error)}")
     console.print(plugins)
 
 
@@ -314,24 +317,6 @@ _NOISY_WARNINGS = (  # third-party warnings that say nothing to a kinject user
 _ARGV: list[str] | None = None
 
 
-def _interruptible() -> None:
-    """Ctrl-C and SIGTERM raise :class:`kinject.errors.Interrupted` in the main thread (click would turn a
-    KeyboardInterrupt into "Aborted!" and exit 1)."""
-    import signal
-    import threading
-
-    from kinject.errors import Interrupted
-
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def interrupt(signum, frame):
-        raise Interrupted(signum)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, interrupt)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app; user errors -> one line on stderr, exit code 2."""
     import logging
@@ -357,12 +342,15 @@ def main(argv: list[str] | None = None) -> None:
     _add_command_plugins()
     from kinject.errors import Interrupted
 
-    _interruptible()
+    Interrupted.install()  # Ctrl-C / SIGTERM raise Interrupted (click would make a KeyboardInterrupt "Aborted!", exit 1)
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     try:
-        with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # log lines above the progress bars, not in them
-            app(args=argv, prog_name="kinject")  # standalone: usage errors exit 2 with one message
+        try:
+            with logging_redirect_tqdm(loggers=[logging.getLogger()]):  # log lines above the progress bars
+                app(args=argv, prog_name="kinject")  # standalone: usage errors exit 2 with one message
+        finally:
+            Interrupted.raise_pending()  # a signal that struck in a log write after the last check
     except Interrupted as exc:  # Ctrl-C / SIGTERM: unwound (locks, temporary folders), checkpoints kept
         if debug:
             raise

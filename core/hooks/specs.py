@@ -34,6 +34,25 @@ class HookSpecs:
         """Stages to add to every prepared run after the strategy's own (e.g. a measurement every method gets the
         same way); called in ``prepare`` with the prepared run (``run.stages`` holds the strategy's stages)."""
 
+    @hookspec(firstresult=True)
+    def kinject_choose(self, spec: Any, announce: Any, dry_run: bool) -> tuple | None:
+        """Settings a run left unset, chosen before it is prepared (e.g. by cross-validation on a small train split):
+        ``(spec, record)`` - the spec to run and what was decided (run.json ``chosen``; None: nothing) - or None to
+        leave the run to the next implementation. ``announce(line)`` tells the user; ``dry_run``: decide nothing
+        costly, say what deciding would cost. The first implementation that answers decides
+        (:func:`kinject.decisions.decide`; the training library's ``decisions`` plugin by default)."""
+
+    @hookspec(firstresult=True)
+    def kinject_default_rules(self, run: Any) -> dict | None:
+        """Fill settings of a prepared run (``run.spec``) that nobody set; return ``{field: why}`` (run.json
+        ``defaults``), or None to leave the run to the next implementation. Called in ``prepare``."""
+
+    @hookspec
+    def kinject_check_inputs(self, run: Any) -> None:
+        """Check the inputs of a prepared run that are not knowledge sources (e.g. a starting model that is itself a
+        run) against the facts it holds out, before the strategy validates: refuse with a KinjectError, or record
+        what each saw in ``run.inputs`` (run.json ``knowledge.inputs``)."""
+
     @hookspec
     def kinject_metrics_logged(self, stage: str, metrics: dict[str, float], step: int | None) -> None:
         """Training or evaluation metrics were logged."""

@@ -10,6 +10,11 @@ from kinject.api import PluginConfig
 
 
 class ContextConfig(PluginConfig):
+    form: Literal["text", "lookup"] = Field(
+        "text", description="How the facts reach the prediction: text (each input's linked facts as text beside "
+        "it, then fine-tuning) or lookup (the ceiling: the graph's answer where it links the pair's two texts, the "
+        "fine-tuned baseline's prediction elsewhere; needs a pair task).")
+    lookup_label: str = Field("yes", description="form=lookup: the label of a pair the graph links (hpo-isa: yes).")
     give: Literal["facts", "definitions", "both"] = Field(
         "facts", description="What each linked entity contributes: its facts from the graph (verbalised triples, "
         "'X is a Y.'), its definition (sources that have them, e.g. the HPO), or both.")

@@ -12,7 +12,7 @@ from .config import ContextConfig
 from .facts import context_facts_body
 from .stages import ContextFactsConfig
 
-FINETUNE, EVALUATE, FACTS = "context-finetune", "context-evaluate", "context-facts"
+FINETUNE, EVALUATE, FACTS, LOOKUP = "context-finetune", "context-evaluate", "context-facts", "context-lookup"
 TRANSFORM = "kinject.plugins.context.linking:add_context"
 
 
@@ -32,6 +32,9 @@ def resolve(run, cfg: ContextConfig) -> Resolved:
         raise SpecError(f"task: context hands facts to the model as text beside the input, which would shift a token "
                         f"task's tags; it supports sequence, pair and retrieval tasks, not {run.task.name!r} "
                         f"({run.task.kind})")
+    if cfg.form == "lookup" and cfg.lookup_label not in run.task.head(run.env).labels:
+        raise SpecError(f"strategy.lookup_label: {cfg.lookup_label!r} is not a label of {run.task.name!r} "
+                        f"({', '.join(run.task.head(run.env).labels) or 'it has none'})")
     if run.sources:
         return Resolved(source=run.source_refs()[0])
     from kinject.api import registry
@@ -45,6 +48,15 @@ def resolve(run, cfg: ContextConfig) -> Resolved:
 def context_task(run, cfg: ContextConfig, source: SourceRef) -> TaskRef:
     options = cfg.model_dump(include={"give", "max_entities", "max_facts", "max_words", "synonyms", "relations"})
     return run.task_ref().with_inputs(InputTransform(function=TRANSFORM, options=options, sources=(source,)))
+
+
+def lookup_stage(run, cfg: ContextConfig, resolved: Resolved) -> Stage:
+    """``context-lookup``: the baseline's model scored with the graph's answers where it has them (the ceiling)."""
+    from .lookup import LOOKUP_FILE, LookupConfig, lookup_body
+
+    base = evaluate_stage(run, "finetune", name=LOOKUP)
+    config = LookupConfig(**dict(base.config), source=resolved.source, label=cfg.lookup_label)
+    return dataclasses.replace(base, body=lookup_body, config=config, artifacts=("predictions", LOOKUP_FILE))
 
 
 def context_stages(run, cfg: ContextConfig, resolved: Resolved) -> list[Stage]:

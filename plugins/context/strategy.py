@@ -22,7 +22,7 @@ from kinject.api import Stage, Strategy
 from kinject.plugins.training import evaluate_stage, finetune_stage
 
 from .config import ContextConfig
-from .plan import EVALUATE, Resolved, context_stages, resolve
+from .plan import EVALUATE, LOOKUP, Resolved, context_stages, lookup_stage, resolve
 
 
 class ContextStrategy(Strategy):
@@ -41,9 +41,15 @@ class ContextStrategy(Strategy):
     def stages(self, run) -> list[Stage]:
         from kinject.plugins.evidence import compare_stage
 
-        stages = context_stages(run, self.config, run.resolved)
+        if self.config.form == "lookup":  # the baseline's model, the graph's answers where it has them
+            stages, other = [finetune_stage(run), lookup_stage(run, self.config, run.resolved)], LOOKUP
+            if self.config.baseline:
+                stages.insert(1, evaluate_stage(run, "finetune", export=False))
+        else:
+            stages, other = context_stages(run, self.config, run.resolved), EVALUATE
+            if self.config.baseline:
+                stages = [finetune_stage(run), evaluate_stage(run, "finetune", export=False), *stages]
         if self.config.baseline:
-            stages = [finetune_stage(run), evaluate_stage(run, "finetune", export=False), *stages,
-                      compare_stage(run, baseline="evaluate", other=EVALUATE, name="context-compare",
-                                    labels=("finetune", "context"))]
+            stages.append(compare_stage(run, baseline="evaluate", other=other, name="context-compare",
+                                        labels=("finetune", f"context-{self.config.form}")))
         return stages

@@ -8,6 +8,7 @@ import dataclasses
 from typing import NamedTuple
 
 from kinject.api import KinjectError, ModelRef, SpecError, Stage, TrainingSpec
+from kinject.plugins.knowledge import model_input, record
 from kinject.plugins.training import finetune_body, finetune_stage
 
 from .config import NEEDS_TEACHER, DoktraConfig
@@ -87,6 +88,9 @@ def resolve_teacher(cfg: DoktraConfig, run, head) -> Teacher | None:
     except KinjectError as exc:
         raise SpecError(f"{field}: {getattr(exc, 'reason', exc)}") from None
     ref = teacher_ref(source, run.env, run.spec.model)
+    seen = model_input(run, source.config.model, field)  # a teacher that is a kinject run: the facts it saw
+    if seen is not None:
+        record(run, seen)
     as_given = check_teacher(ref, head, field, cfg.train_teacher)
     if as_given and cfg.variant == "no-ctt":
         raise SpecError(f"strategy.variant: no-ctt trains the teacher with beta1 = 0, but {field} is already "

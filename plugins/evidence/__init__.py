@@ -12,9 +12,11 @@ from __future__ import annotations
 from kinject.api import lazy_exports
 
 _EXPORTS = {  # name -> the module defining it
-    ".comparison": ("compare", "compare_prediction_files", "compare_runs", "comparison_table", "pair",
-                 "print_comparison"),
-    ".bootstrap": ("bootstrap_intervals", "two_way_bootstrap", "verdict"),
+    ".comparison": ("compare", "compare_prediction_files", "compare_runs", "pair"),
+    ".tables": ("comparison_table", "print_comparison", "shown_verdict"),
+    ".bootstrap": ("DEFAULT_INTERVAL", "INTERVALS", "bootstrap_intervals", "interval_set", "two_way_bootstrap",
+                   "verdict"),
+    ".learned": ("not_learned", "run_not_learned"),
     ".stats": ("paired_bootstrap", "seed_tests"),
     ".runs": ("find_runs", "load_predictions"),
     ".report": ("build_report", "comparison_markdown", "metrics_markdown"),

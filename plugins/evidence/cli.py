@@ -156,13 +156,16 @@ _GRID_ONLY = typer.Option(None, "--only", help="Only the cells whose id (TASK/SY
                           "(repeatable)")
 _GRID_DATA = typer.Option(None, "--data-dir", help="Datasets folder of every cell (default: the file's data_dir, else "
                           "$KINJECT_DATA_DIR)")
+_GRID_CACHE = typer.Option(None, "--cache-dir", help="Stage cache of every cell (default: the file's cache_dir, else "
+                           "$KINJECT_CACHE_DIR)")
 
 
 def _load(file: Path, output: Optional[Path], sets: Optional[List[str]], only: Optional[List[str]] = None,
-          data_dir: Optional[Path] = None):
+          data_dir: Optional[Path] = None, cache_dir: Optional[Path] = None):
     from kinject.plugins.evidence.grid import load_grid, select
 
-    sets = [*(sets or []), *([f"data_dir={Path(data_dir).expanduser().absolute()}"] if data_dir else [])]
+    sets = [*(sets or []), *(f"{key}={Path(folder).expanduser().absolute()}" for key, folder in
+                             (("data_dir", data_dir), ("cache_dir", cache_dir)) if folder)]
     loaded = load_grid(file, output, sets)
     return loaded, select(loaded.cells, only)
 
@@ -178,6 +181,7 @@ def _quiet_runs(debug: bool) -> None:
 
 
 def _dry_run(cells) -> None:
+    from kinject.api import plural
     from kinject.plugins.evidence.grid_state import cell_state
     from kinject.plugins.evidence.grid_exec import plan_cell
 
@@ -197,7 +201,7 @@ def _dry_run(cells) -> None:
             text = f"{what}: {cached} of {total} stages cached" + (f" ({state.state}: {state.detail})"
                                                                   if state.state == "failed" or state.detail else "")
         console.print(f"{cell.id:<{width}}  {text:<40}  {cell.run_dir}", markup=False, highlight=False)
-    console.print(f"{len(cells)} cells: {done} done, {todo} to run; {len(keys)} stage(s) to compute, "
+    console.print(f"{plural(len(cells), 'cell')}: {done} done, {todo} to run; {len(keys)} stage(s) to compute, "
                   f"{len(set(keys))} distinct (a stage that cells share is computed once)", highlight=False)
 
 
@@ -212,6 +216,7 @@ def grid_run(file: Path = _GRID_FILE,
                                           "run nothing"),
              output: Optional[Path] = _GRID_OUT, sets: Optional[List[str]] = _GRID_SETS,
              only: Optional[List[str]] = _GRID_ONLY, data_dir: Optional[Path] = _GRID_DATA,
+             cache_dir: Optional[Path] = _GRID_CACHE,
              partition: Optional[str] = typer.Option(None, "--partition", help="slurm: partition"),
              gpus: Optional[int] = typer.Option(None, "--gpus", min=0, help="slurm: GPUs per cell (--gres=gpu:N)"),
              time_limit: Optional[str] = typer.Option(None, "--time", help="slurm: time per cell (minutes or "
@@ -222,12 +227,12 @@ def grid_run(file: Path = _GRID_FILE,
                                                        "once"),
              debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Run the cells not done yet (each an ordinary cached `kinject run`), then write the leaderboard."""
-    from kinject.api import SpecError
+    from kinject.api import SpecError, plural
     from kinject.plugins.evidence import grid_exec
     from kinject.plugins.evidence.grid_state import counts, states
     from kinject.plugins.evidence.grid_board import build_leaderboard, print_leaderboard
 
-    loaded, cells = _load(file, output, sets, only, data_dir)
+    loaded, cells = _load(file, output, sets, only, data_dir, cache_dir)
     how = executor or loaded.file.executor
     if how not in ("debug", "local", "slurm"):
         raise SpecError(f"--executor {how}: expected debug, local or slurm")
@@ -245,7 +250,7 @@ def grid_run(file: Path = _GRID_FILE,
     found = states(cells)
     todo = [c for c in cells if found[c.id].state in ("pending", "failed")]
     running = [c.id for c in cells if found[c.id].state == "running"]
-    console.print(f"grid {loaded.name}: {len(cells)} cells, {len(cells) - len(todo) - len(running)} done, "
+    console.print(f"grid {loaded.name}: {plural(len(cells), 'cell')}, {len(cells) - len(todo) - len(running)} done, "
                   f"{len(running)} running elsewhere, {len(todo)} to run ({how}) -> {loaded.output}", highlight=False)
     if todo:
         from kinject import api
@@ -277,11 +282,12 @@ def grid_run(file: Path = _GRID_FILE,
 @grid.command("status")
 def grid_status(file: Path = _GRID_FILE, output: Optional[Path] = _GRID_OUT, sets: Optional[List[str]] = _GRID_SETS,
                 only: Optional[List[str]] = _GRID_ONLY, data_dir: Optional[Path] = _GRID_DATA,
+                cache_dir: Optional[Path] = _GRID_CACHE,
                 debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Each cell: done / running / failed (with its error line) / pending, and its folder."""
     from kinject.plugins.evidence.grid_state import counts, states
 
-    loaded, cells = _load(file, output, sets, only, data_dir)
+    loaded, cells = _load(file, output, sets, only, data_dir, cache_dir)
     found = states(cells)
     width = max(len(c.id) for c in cells)
     for cell in cells:
@@ -299,13 +305,13 @@ def grid_report(file: Path = _GRID_FILE, output: Optional[Path] = _GRID_OUT, set
                                                      "the task's primary metric)"),
                 resamples: int = typer.Option(2000, "--resamples", min=100, help="Bootstrap resamples"),
                 seed: int = typer.Option(0, "--seed", help="Seed of the resampling"),
-                data_dir: Optional[Path] = _GRID_DATA,
+                data_dir: Optional[Path] = _GRID_DATA, cache_dir: Optional[Path] = _GRID_CACHE,
                 debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Write the leaderboard (Markdown, HTML, JSON) of the finished cells: every system against the baseline."""
     from kinject.plugins.evidence.grid_state import counts, states
     from kinject.plugins.evidence.grid_board import build_leaderboard, print_leaderboard
 
-    loaded, cells = _load(file, output, sets, data_dir=data_dir)
+    loaded, cells = _load(file, output, sets, data_dir=data_dir, cache_dir=cache_dir)
     found = states(cells)
     board = build_leaderboard(loaded, cells, found, split, metric, n_resamples=resamples, seed=seed)
     print_leaderboard(board, loaded.file.baseline, console)

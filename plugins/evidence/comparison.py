@@ -1,5 +1,7 @@
-"""Paired comparison of runs on the same examples: each run's metric, its difference to a baseline with a
-bootstrap interval over examples, and per-seed paired tests when both sides have several seeds.
+"""Paired comparison of runs on the same examples: each run's metric, its difference to a baseline with the
+verdict's interval over seeds and examples (:mod:`.bootstrap`; one paired seed: examples only and no verdict), the
+example-only interval, per-seed paired tests when both sides have several seeds, and a flag on any system that
+learned nothing (:mod:`.learned`). The tables are :mod:`.tables`'.
 
 Runs are paired by seed value and their predictions by example id; runs of different tasks, runs
 without predictions for the split, and runs scored on different examples are refused (KinjectError).
@@ -17,6 +19,8 @@ from kinject.plugins.evidence.metrics import MetricDef, build_task, define, task
 from kinject.plugins.evidence.runs import Run, RunSet, load_predictions
 from kinject.plugins.evidence.scorers import scorer_for
 from kinject.plugins.evidence.stats import seed_tests
+from kinject.plugins.evidence.tables import (FEW_SEEDS, comparison_table, print_comparison,  # noqa: F401 - re-exported
+                                           probe_table, table_notes)
 
 REPORTED_TOLERANCE = 1e-6
 
@@ -44,29 +48,42 @@ def _stack(scorer, seeds: dict[int, list[dict]]) -> tuple[np.ndarray, dict[int, 
     return np.stack([arrays[s] for s in sorted(arrays)], axis=-1), values
 
 
+def _intervals(found: dict) -> dict[str, list[float]]:
+    return {kind: [interval.low, interval.high] for kind, interval in found.items()}
+
+
 def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[int, list[dict]]],
          n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0, method: str = "percentile",
-         greater_is_better: bool = True) -> list[dict]:
-    """The baseline's row and one row per other system: metric value (mean over seeds), per-seed values,
-    difference to the baseline with its intervals, a verdict and per-seed tests (aligned records in).
+         greater_is_better: bool = True, interval: str | None = None, learned: bool = True) -> list[dict]:
+    """The baseline's row and one row per other system: metric value (mean over the seeds its difference uses),
+    per-seed values, the difference to the baseline with its intervals, a verdict and per-seed tests (aligned records
+    in).
 
-    ``ci_low``/``ci_high``: the two-way bootstrap over seeds and examples (:mod:`.bootstrap`; with one seed the
-    example-only interval); ``ci_low_examples``/``ci_high_examples``: examples only, i.e. conditional on these trained
-    models. Examples that share a ``group`` (a unit: a child term's two pairs, a query's candidates) are resampled
-    together. A system run with other seeds than the baseline is paired over the seeds both have (``paired_seeds``;
-    its ``value`` is then its mean over all its seeds, the difference is over the shared ones); two single-seed runs
-    of different seeds are paired by example only; several seeds with none in common is an error."""
-    from kinject.plugins.evidence.bootstrap import bootstrap_intervals, verdict
+    ``ci_low``/``ci_high``: the verdict's interval (``interval``, default
+    :data:`~kinject.plugins.evidence.bootstrap.DEFAULT_INTERVAL`; with one paired seed the example-only interval and
+    no verdict); ``ci_low_examples``/``ci_high_examples``: examples only, i.e. conditional on these trained models;
+    ``intervals``: every kind of :data:`~kinject.plugins.evidence.bootstrap.INTERVALS`. Examples that share a
+    ``group`` (a unit: a child term's two pairs, a query's candidates) are resampled together. A system run with other
+    seeds than the baseline is paired over the seeds both have (``paired_seeds``; ``value`` and ``baseline_value``
+    are both over those seeds, ``value_all_seeds`` over all of its own); two single-seed runs of different seeds are
+    compared example by example and marked ``unpaired``; several seeds with none in common is an error.
+    ``learned``: flag a system that learned nothing (``not_learned``, :mod:`.learned`; its verdict says so)."""
+    from kinject.plugins.evidence.bootstrap import DEFAULT_INTERVAL, interval_set, verdict
+    from kinject.plugins.evidence.learned import NOT_LEARNED, not_learned
 
+    kind = interval or DEFAULT_INTERVAL
     scorer = scorer_for(metric, [r for side in (baseline, *others) for r in side.values()])
     base_stats, base_values = _stack(scorer, baseline)
     first = baseline[min(baseline)]
     groups = [r.get("group", r["id"]) for r in first]
-    rows = [{"value": float(np.mean(list(base_values.values()))), "per_seed": base_values}]
+    check = (lambda side: not_learned(metric, side, greater_is_better)) if learned else (lambda side: None)
+    base_flag = check(baseline)
+    rows = [{"value": float(np.mean(list(base_values.values()))), "per_seed": base_values, "not_learned": base_flag}]
     for side in others:
         stats, values = _stack(scorer, side)
         shared = sorted(set(baseline) & set(side))
         a, b = base_stats, stats
+        unpaired = False
         if set(baseline) != set(side):
             if shared:
                 a = _stack(scorer, {s: baseline[s] for s in shared})[0]
@@ -74,21 +91,29 @@ def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[i
             elif len(baseline) > 1 or len(side) > 1:
                 raise KinjectError(f"no seed in common (baseline seeds {sorted(baseline)}, other seeds "
                                    f"{sorted(side)}): a paired comparison needs the same seeds on both sides")
-        both, examples = bootstrap_intervals(scorer, a, b, groups=groups, n_resamples=n_resamples,
-                                             confidence=confidence, seed=seed, method=method)
-        row = {"value": float(np.mean(list(values.values()))), "per_seed": values, "difference": both.difference,
-               "ci_low": both.low, "ci_high": both.high, "interval": both.resampled,
-               "ci_low_examples": examples.low, "ci_high_examples": examples.high,
-               "standard_error": both.standard_error, "method": both.method, "seeds_paired": both.seeds,
-               "units": both.groups, "verdict": verdict(both.low, both.high, greater_is_better),
+            else:
+                unpaired = True
+        found = interval_set(scorer, a, b, groups=groups, n_resamples=n_resamples, confidence=confidence, seed=seed,
+                             method=method)
+        both, examples = found[kind], found["examples"]
+        flag = check(side)
+        call = verdict(both.low, both.high, greater_is_better, seeds=both.seeds)
+        if base_flag or flag:
+            call = NOT_LEARNED
+        row = {"value": both.b, "per_seed": values, "baseline_value": both.a, "difference": both.difference,
+               "ci_low": both.low, "ci_high": both.high, "interval": both.resampled, "interval_kind": both.kind,
+               "ci_low_examples": examples.low, "ci_high_examples": examples.high, "intervals": _intervals(found),
+               "standard_error": both.standard_error, "method": both.method, "seeds_paired": 0 if unpaired else
+               both.seeds, "units": both.groups, "verdict": call, "not_learned": flag,
                "identical": bool(np.array_equal(a, b)), "seed_tests": seed_tests(base_values, values)}
+        if unpaired:
+            row["unpaired"] = {"baseline_seed": min(baseline), "seed": min(side)}
+            row["interval"] = f"examples only, unpaired seeds ({min(side)} vs {min(baseline)})"
         if shared and set(baseline) != set(side):
             row["paired_seeds"] = shared
+            row["value_all_seeds"] = float(np.mean(list(values.values())))
         rows.append(row)
     return rows
-
-
-FEW_SEEDS = 5  # below this many paired seeds the table flags the verdict as provisional
 
 
 def compare(baseline, *others, split: str = "test", metrics: list[str] | str | None = None,
@@ -126,8 +151,11 @@ def default_metric(run: Run, split: str) -> str:
 
 def compare_runs(run_sets: list[RunSet], split: str = "test", metrics: list[str] | None = None,
                  n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0,
-                 method: str = "percentile") -> dict[str, Any]:
-    """Compare ``run_sets[1:]`` with ``run_sets[0]`` (the baseline) on ``split``; see the module docstring."""
+                 method: str = "percentile", interval: str | None = None) -> dict[str, Any]:
+    """Compare ``run_sets[1:]`` with ``run_sets[0]`` (the baseline) on ``split``; see the module docstring.
+    ``interval``: the verdict's interval kind (default :data:`~kinject.plugins.evidence.bootstrap.DEFAULT_INTERVAL`)."""
+    from kinject.plugins.evidence.learned import verdict_of
+
     if len(run_sets) < 1:
         raise KinjectError("compare: no runs given")
     baseline = run_sets[0]
@@ -152,7 +180,7 @@ def compare_runs(run_sets: list[RunSet], split: str = "test", metrics: list[str]
     for key in metrics or [default_metric(baseline.first, split)]:
         direction = task.greater_is_better(key) if task is not None else metric_direction(key)
         rows = pair(define(key, refs, labels), aligned[0], aligned[1:], n_resamples, confidence, seed, method,
-                    greater_is_better=direction)
+                    greater_is_better=direction, interval=interval)
         for run_set, row in zip(run_sets, rows):
             reported = {s: (r.metrics.get(split) or {}).get(key) for s, r in run_set.runs.items()}
             for s, value in row["per_seed"].items():
@@ -163,6 +191,9 @@ def compare_runs(run_sets: list[RunSet], split: str = "test", metrics: list[str]
                        per_seed={str(s): v for s, v in row["per_seed"].items()})
             if any(s.probe() for s in run_sets):  # the knowledge probe beside the task metric
                 row["probe"] = _probe_row(run_set)
+        for row in rows[1:]:  # a system that learned nothing is named in the verdict
+            row["verdict"] = verdict_of(row["verdict"], [(rows[0]["run"], rows[0]["not_learned"]),
+                                                         (row["run"], row["not_learned"])])
         out["metrics"].append({"metric": key, "greater_is_better": direction, "rows": rows})
     if any(s.probe() for s in run_sets):
         out["probe"] = compare_probes(run_sets, n_resamples, confidence, seed)
@@ -219,7 +250,7 @@ def compare_probes(run_sets: list[RunSet], n_resamples: int = 2000, confidence: 
         return out
     ref = MetricRef(name="auroc", options={"averages": ["macro"], "positive": "yes"})
     definition = MetricDef(PROBE_METRIC, "auroc", ref.build().config.model_dump(), ("no", "yes"))
-    rows = pair(definition, aligned[0], aligned[1:], n_resamples, confidence, seed)
+    rows = pair(definition, aligned[0], aligned[1:], n_resamples, confidence, seed, learned=False)
     for run_set, row in zip(run_sets, rows):
         row.update(run=run_set.name, seeds=sorted(run_set.runs), per_seed={str(s): v for s, v in row["per_seed"].items()})
     out["rows"] = rows
@@ -262,106 +293,10 @@ def compare_prediction_files(baseline: Path, other: Path, metric: str, task_kind
     if labels is None and context is not None:
         labels = list(context.labels)
     definition = define(metric, task_metric_refs(task) if task is not None else [], labels or ())
-    base, row = pair(definition, {0: a}, [{0: b}], n_resamples, confidence, seed)
+    direction = task.greater_is_better(metric) if task is not None else metric_direction(metric)
+    base, row = pair(definition, {0: a}, [{0: b}], n_resamples, confidence, seed, greater_is_better=direction)
     return {"metric": metric, "baseline": base["value"], "other": row["value"], "difference": row["difference"],
             "ci_low": row["ci_low"], "ci_high": row["ci_high"], "confidence": confidence, "n": len(a),
             "n_resamples": n_resamples, "method": row["method"], "verdict": row["verdict"],
-            "identical": row["identical"], "interval": "examples (one trained model per side)"}
-
-
-def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def comparison_table(result: dict[str, Any], block: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows (text) of one metric's comparison: run, seeds, value, difference, the seed-inclusive interval
-    and its verdict, the example-only interval, p-values. Fewer than :data:`FEW_SEEDS` paired seeds are flagged
-    (``†``) in the seeds cell; identical predictions say so."""
-    level = f"{result['confidence'] * 100:g}%"
-    headers = ["run", "seeds", block["metric"], "Δ vs baseline", f"{level} CI (seeds × examples)", "verdict",
-               f"{level} CI (examples: these models)", "t-test p", "Wilcoxon p"]
-    rows = []
-    for i, row in enumerate(block["rows"]):
-        tests = row.get("seed_tests") or {}
-        seeds = str(len(row["seeds"]))
-        if row.get("paired_seeds"):
-            seeds += f" ({len(row['paired_seeds'])} paired)"
-        if i == 0:
-            cells = ["baseline", "", "", "", "", ""]
-        else:
-            if row.get("seeds_paired", len(row["seeds"])) < FEW_SEEDS:
-                seeds += " †"
-            verdict = row.get("verdict", "")
-            if row.get("identical"):
-                verdict = "identical predictions"
-            cells = [f"{row['difference']:+.4f}", f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]", verdict,
-                     f"[{row['ci_low_examples']:+.4f}, {row['ci_high_examples']:+.4f}]" if "ci_low_examples" in row
-                     else "", _p(tests.get("t_pvalue")), _p(tests.get("wilcoxon_pvalue"))]
-        rows.append([row["run"], seeds, f"{row['value']:.4f}", *cells])
-    if any("probe" in row for row in block["rows"]):
-        headers.append("probe AUROC (base; gain)")
-        for cells, row in zip(rows, block["rows"]):
-            probe = row.get("probe")
-            cells.append("-" if not probe else f"{probe['model']:.4f} ({probe['base']:.4f}; {probe['gain']:+.4f})")
-    return headers, rows
-
-
-def table_notes(result: dict[str, Any], block: dict[str, Any]) -> list[str]:
-    """The lines printed under a comparison table: what the intervals and flags mean."""
-    notes = [f"CI (seeds × examples): two-way bootstrap over seeds and {('units' if any(r.get('units', 0) < result['examples'] for r in block['rows'][1:]) else 'examples')} "
-             "(the verdict reads it: gain / loss / no evidence); CI (examples): conditional on these trained models."]
-    if any(r.get("seeds_paired", len(r["seeds"])) < FEW_SEEDS for r in block["rows"][1:]):
-        notes.append(f"† fewer than {FEW_SEEDS} paired seeds: seed-to-seed spread is estimated from few runs; "
-                     "treat the verdict as provisional.")
-    if any(r.get("identical") for r in block["rows"][1:]):
-        notes.append("identical predictions: the two systems score every example alike (difference 0 by "
-                     "construction, e.g. a method that changed nothing).")
-    direction = block.get("greater_is_better", True)
-    if not direction:
-        notes.append(f"{block['metric']}: lower is better (a negative difference is a gain).")
-    return notes
-
-
-def probe_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
-    """The knowledge probe compared between arms (paired over the same probe-test facts), or None."""
-    probe = result.get("probe")
-    if not probe or not probe.get("rows"):
-        return None
-    level = f"{result['confidence'] * 100:g}%"
-    headers = ["run", "seeds", "probe AUROC", "Δ vs baseline", f"{level} CI (seeds × examples)", "verdict"]
-    rows = []
-    for i, row in enumerate(probe["rows"]):
-        cells = ["baseline", "", ""] if i == 0 else [f"{row['difference']:+.4f}",
-                                                    f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]", row["verdict"]]
-        rows.append([row["run"], str(len(row["seeds"])), f"{row['value']:.4f}", *cells])
-    return headers, rows
-
-
-def print_comparison(result: dict[str, Any], console) -> None:
-    """One rich table per metric: value, difference to the baseline, intervals, verdict, per-seed p-values; then the
-    knowledge probe compared between arms."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    def show(title: str, headers: list[str], rows: list[list[str]]) -> None:
-        table = Table(title=title, title_justify="left")
-        for i, column in enumerate(headers):
-            table.add_column(escape(column), justify="left" if i == 0 else "right", overflow="fold")
-        for row in rows:
-            table.add_row(*map(escape, row))
-        console.print(table)
-
-    for block in result["metrics"]:
-        headers, rows = comparison_table(result, block)
-        show(f"{result['task']} {result['split']} {block['metric']}: {result['examples']} examples, "
-             f"{result['resamples']} bootstrap resamples", headers, rows)
-        for note in table_notes(result, block):
-            console.print(note, highlight=False, soft_wrap=True)
-    probe = result.get("probe")
-    if probe:
-        found = probe_table(result)
-        if found:
-            show(f"knowledge probe ({probe['kind']}: held-out facts of the graph when the run held facts out, else "
-                 "edges of the injected graph; docs/knowledge-sources.md)", *found)
-        if probe.get("note"):
-            console.print(f"probe: {probe['note']}", highlight=False, soft_wrap=True)
+            "identical": row["identical"], "interval": "examples only (one trained model per side)",
+            "not_learned": {"baseline": base["not_learned"], "other": row["not_learned"]}}

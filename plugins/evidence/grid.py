@@ -42,6 +42,7 @@ STATE_DIR = "_grid"
 LABEL = re.compile(r"[A-Za-z0-9][\w.+-]*")
 PATH = re.compile(r"[\w-]+(\.[\w-]+)*")
 DIMENSIONS = ("strategy", "task", "seed", "system")  # what an override can match besides the varied fields
+MAX_CELLS = 10_000  # a grid's cells at most (each is a run; a longer list is a typo, e.g. seeds: {count: 10000000})
 
 
 class _Strict(BaseModel):
@@ -108,7 +109,8 @@ class GridFile(_Strict):
     output: str | None = None  # default runs/<file stem>
     model: str | None = None
     limit: int | None = Field(None, ge=1)
-    seeds: list[int] = Field(default_factory=lambda: [42], min_length=1)
+    quick: bool = False  # every cell a quick try, as `kinject run --quick`: protocol quick, limit 64 unless given
+    seeds: list[int] = Field(default_factory=lambda: [42], min_length=1, max_length=MAX_CELLS)
     strategies: dict[str, StrategyEntry]
     tasks: dict[str, TaskEntry]
     settings: dict[str, Any] = Field(default_factory=dict)
@@ -147,6 +149,9 @@ class GridFile(_Strict):
         if isinstance(value, int) and not isinstance(value, bool):
             return [value]
         if isinstance(value, dict) and set(value) == {"start", "count"}:
+            if not 1 <= int(value["count"]) <= MAX_CELLS:
+                raise ValueError(f"count {value['count']}: 1 to {MAX_CELLS:,} seeds (a grid has {MAX_CELLS:,} cells "
+                                 "at most)")
             return list(range(int(value["start"]), int(value["start"]) + int(value["count"])))
         return value
 
@@ -333,10 +338,23 @@ def load_grid(path: Path, output: Path | None = None, sets: list[str] | None = N
         raise SpecError(f"{path}: baseline: {spec.baseline!r} is not a strategy label of the grid "
                         f"({', '.join(spec.strategies)})")
     cli = _cli_sets(sets or [])
+    _check_size(path, spec)
     out = Path(output) if output is not None else Path(spec.output or f"runs/{path.stem}")
     grid = Grid(path=path, file=spec, output=out)
     grid.cells = _cells(grid, cli)
     return grid
+
+
+def _check_size(path: Path, spec: GridFile) -> None:
+    """One line, before any cell is built, when the grid has more than MAX_CELLS cells (overrides' skips aside)."""
+    import math
+
+    per_strategy = [math.prod(len(v.values) for v in [*spec.vary.values(), *e.vary.values()])
+                    for e in spec.strategies.values()]
+    total = len(spec.tasks) * sum(per_strategy) * len(spec.seeds)
+    if total > MAX_CELLS:
+        raise SpecError(f"{path}: {total:,} cells (tasks x strategies x varied values x seeds); a grid has "
+                        f"{MAX_CELLS:,} at most: split it into several grid files")
 
 
 def _unreached(where: str, keys: list[str], spec: GridFile) -> None:
@@ -377,7 +395,8 @@ def _cells(grid: Grid, cli: dict[str, Any]) -> list[Cell]:
                     if any(spec.overrides[i].skip for i in chosen):
                         continue
                     data = {"strategy": {"name": name}, "task": {"name": task_name}, "seed": seed}
-                    for key, value in (("model.name", spec.model), ("training.limit", spec.limit),
+                    for key, value in (("model.name", spec.model), ("protocol", "quick" if spec.quick else None),
+                                       ("training.limit", spec.limit or (64 if spec.quick else None)),
                                        ("data_dir", spec.data_dir), ("cache_dir", spec.cache_dir)):
                         if value is not None:
                             data = merge(data, key, value)

@@ -15,12 +15,12 @@ from typing import Any
 from kinject.api import KinjectError
 from kinject.plugins.evidence.comparison import compare_runs, default_metric
 from kinject.plugins.evidence.grid import Cell, Grid
-from kinject.plugins.evidence.grid_state import CellState
+from kinject.plugins.evidence.grid_state import CellState, counts
 from kinject.plugins.evidence.render import Block, Heading, Para, TableBlock, to_html, to_markdown
 from kinject.plugins.evidence.runs import Run, RunSet
 
 
-HEADERS = ["system", "strategy", "seeds", "{metric}", "Δ vs {baseline}", "{level} CI (seeds × examples)", "verdict",
+HEADERS = ["system", "strategy", "seeds", "{metric}", "Δ vs {baseline}", "{interval}", "verdict",
            "dose", "probe AUROC", "wall s / cell", "trainable params"]
 
 
@@ -48,7 +48,7 @@ def _systems(grid: Grid, cells: list[Cell], found: dict[str, CellState]) -> dict
         entry["cells"].append(cell)
         if found[cell.id].state == "done":
             folder = cell.run_dir.parent
-            entry["set"] = entry["set"] or RunSet(str(folder), folder, {})
+            entry["set"] = entry["set"] or RunSet(cell.system, folder, {})
             entry["set"].runs[cell.seed] = Run(cell.run_dir)
     return out
 
@@ -120,6 +120,10 @@ def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str,
             else:
                 pair = result["metrics"][0]["rows"][1]
                 row.update(value=pair["value"], difference=pair["difference"], ci_low=pair["ci_low"],
+                           interval=pair["interval"], interval_kind=pair["interval_kind"],
+                           seeds_paired=pair["seeds_paired"], unpaired=pair.get("unpaired"),
+                           not_learned=pair["not_learned"], paired_baseline_value=pair["baseline_value"],
+                           baseline_not_learned=result["metrics"][0]["rows"][0]["not_learned"],
                            ci_high=pair["ci_high"], ci_low_examples=pair.get("ci_low_examples"),
                            ci_high_examples=pair.get("ci_high_examples"), verdict=pair.get("verdict"),
                            identical=pair.get("identical"), greater_is_better=result["metrics"][0].get(
@@ -134,6 +138,7 @@ def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str,
         paired = [r for r in rows if r.get("baseline") == row["system"] and "baseline_value" in r]
         if row.get("is_baseline") and paired:
             row["value"] = paired[0]["baseline_value"]
+            row["not_learned"] = paired[0]["baseline_not_learned"]
     sign = -1 if any(r.get("greater_is_better") is False for r in rows) else 1  # best first, in the metric's direction
     rows.sort(key=lambda r: (not r.get("is_baseline"),
                              -sign * (r["value"] if r["value"] is not None else -sign * float("inf"))))
@@ -141,32 +146,34 @@ def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str,
             "missing": sorted(set(systems) - set(done))}
 
 
-def _cells_text(row: dict) -> list[str]:
-    from kinject.plugins.evidence.comparison import FEW_SEEDS
+def _cells_text(row: dict, each: bool) -> list[str]:
+    from kinject.plugins.evidence.tables import difference_cell, interval_cell, seeds_cell, shown_verdict
 
-    paired = len(row["paired_seeds"]) if row.get("paired_seeds") else len(row["seeds"])
-    seeds = str(len(row["seeds"])) + (f" ({len(row['paired_seeds'])} paired)" if row.get("paired_seeds") else "")
     value = "-" if row["value"] is None else f"{row['value']:.4f}"
     verdict = ""
     if row.get("is_baseline"):
         diff, ci = "baseline", ""
+        verdict = "not learned" if row.get("not_learned") else ""
     elif "difference" in row:
-        diff, ci = f"{row['difference']:+.4f}", f"[{row['ci_low']:+.4f}, {row['ci_high']:+.4f}]"
-        verdict = "identical predictions" if row.get("identical") else row.get("verdict") or ""
-        seeds += " †" if paired < FEW_SEEDS else ""
+        diff, ci = difference_cell({**row, "baseline_value": row.get("paired_baseline_value")},
+                                   row.get("baseline_value")), interval_cell(row, each)
+        verdict = shown_verdict(row)
     else:
         diff, ci = ("not compared", row["error"]) if "error" in row else ("-", "no baseline")
     wall = "-" if row["wall_seconds"] is None else f"{row['wall_seconds']:.1f}"
     params = "n/a" if row["trainable_parameters"] is None else f"{row['trainable_parameters']:,}"
     probe = "-" if row.get("probe") is None else f"{row['probe']:.4f}"
-    return [row["system"], row["strategy"], seeds, value, diff, ci, verdict, dose_text(row.get("dose")), probe, wall,
-            params]
+    return [row["system"], row["strategy"], seeds_cell(row, "difference" in row), value, diff, ci, verdict,
+            dose_text(row.get("dose")), probe, wall, params]
 
 
 def board_table(board: dict[str, Any], baseline: str | None, confidence: float = 0.95) -> tuple[list[str], list]:
-    headers = [h.format(metric=board["metric"], baseline=baseline or "baseline", level=f"{confidence * 100:g}%")
-               for h in HEADERS]
-    return headers, [_cells_text(row) for row in board["rows"]]
+    from kinject.plugins.evidence.tables import interval_heading
+
+    level = f"{confidence * 100:g}%"
+    heading, each = interval_heading([r for r in board["rows"] if "difference" in r], level)
+    headers = [h.format(metric=board["metric"], baseline=baseline or "baseline", interval=heading) for h in HEADERS]
+    return headers, [_cells_text(row, each) for row in board["rows"]]
 
 
 def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState], split: str | None = None,
@@ -178,17 +185,18 @@ def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState]
     metric = metric or grid.file.metric
     boards = [task_board(grid, task, systems, found, split, metric, n_resamples, seed)
               for task, systems in _systems(grid, cells, found).items()]
-    tally = {s: sum(1 for c in cells if found[c.id].state == s) for s in ("done", "running", "failed", "pending")}
     blocks: list[Block] = [
         Heading(1, f"kinject grid {grid.name}: leaderboard"),
-        Para(f"Grid file {grid.path}, output {grid.output}; {len(cells)} cells ("
-             + ", ".join(f"{n} {s}" for s, n in tally.items()) + f"); split {split}; made "
+        Para(f"Grid file {grid.path}, output {grid.output}; {counts({c.id: found[c.id] for c in cells})}; "
+             f"split {split}; made "
              f"{time.strftime('%Y-%m-%d %H:%M:%S %z')} by kinject {__version__}."),
         Para(f"Each system against {grid.file.baseline or 'no baseline'} (the same varied values where both vary "
-             f"them), paired by seed and test example: the difference, its 95% interval from a two-way bootstrap over "
-             f"seeds and test units ({n_resamples} resamples, seed {seed}) and the verdict it gives (gain / loss / no "
-             "evidence) are those of `kinject compare BASELINE SYSTEM` on the two folders († fewer than 5 paired "
-             "seeds: provisional). Dose: what the system's knowledge stages consumed (epochs of their rows; distinct "
+             f"them), paired by seed and test example: the difference, its 95% interval over seeds and test units "
+             f"({n_resamples} resamples, seed {seed}; over test units only where one seed is paired, and then no "
+             "verdict) and the verdict it gives (gain / loss / no evidence; 'not learned: X' where a system predicts "
+             "one value everywhere or does not beat the constant baseline of the gold labels) are those of `kinject "
+             "compare BASELINE SYSTEM` on the two folders († 2-4 paired seeds: provisional; docs/evidence.md). "
+             "Dose: what the system's knowledge stages consumed (epochs of their rows; distinct "
              "facts, and the share of those available; metrics.json `dose`). Probe AUROC: the knowledge probe of the "
              "system's model (the same facts for every system of a task). Wall s / cell: mean seconds per finished "
              "cell as run (cached stages cost nothing); trainable params: of the task fine-tuning "
@@ -202,6 +210,10 @@ def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState]
         blocks += [Para(f"{board['metric']} on {split}" + (f" ({board['rows'][-1].get('examples')} examples)"
                                                           if any("examples" in r for r in board["rows"]) else "")),
                    TableBlock(headers, rows)]
+        from kinject.plugins.evidence.learned import describe
+
+        blocks += [Para(f"Not learned: {r['system']}: {describe(r['not_learned'])}; a comparison with it says nothing "
+                        "about the method.") for r in board["rows"] if r.get("not_learned")]
         if board["missing"]:
             blocks.append(Para(f"No finished cell: {', '.join(board['missing'])}."))
         blocks += [Para("Warning: " + w) for w in board["warnings"]]
@@ -227,10 +239,11 @@ def _forest(boards: list[dict], path, split: str):
     from kinject.plugins.evidence.forest import ForestRow, forest_plot
     from kinject.plugins.evidence.render import Image
 
+    from kinject.plugins.evidence.tables import paired_count, shown_verdict
+
     rows = [ForestRow(f"{board['task']}: {row['system']} ({board['metric']})", row["difference"], row["ci_low"],
-                      row["ci_high"], "identical predictions" if row.get("identical") else row.get("verdict") or "",
-                      row.get("ci_low_examples"), row.get("ci_high_examples"),
-                      len(row["paired_seeds"]) if row.get("paired_seeds") else len(row["seeds"]))
+                      row["ci_high"], shown_verdict(row), row.get("ci_low_examples"), row.get("ci_high_examples"),
+                      paired_count(row), row.get("interval", ""))
             for board in boards for row in board["rows"] if "difference" in row]
     drawn = forest_plot(rows, path, f"Each system minus its baseline on {split}")
     return Image(drawn, "Every system against its baseline: the difference with its 95% intervals",

@@ -11,16 +11,22 @@ per stage key): the second cell waits for the first, then finds the stage cached
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from kinject.api import Interrupted, KinjectError, SpecError
+from kinject.api import Interrupted, KinjectError, SpecError, plural
 from kinject.plugins.evidence.grid import Cell, Grid
-from kinject.plugins.evidence.grid_state import is_done, read_status, write_status
+from kinject.plugins.evidence.grid_state import DRIVER, is_done, read_status, stop_with_the_driver, write_status
 
 
 POLL_S = 0.5
+#: a worker's python never puts the working folder on sys.path (``-P``, Python 3.11+): a ``kinject/`` folder there
+#: (a clone) would otherwise be imported as kinject, and every cell would fail
+SAFE_PATH: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
 
 
 def payload(cell: Cell, threads: int | None = None) -> dict[str, Any]:
@@ -40,6 +46,25 @@ def _error_line(exc: BaseException) -> str:
     if isinstance(exc, KinjectError):
         return text[0] if text else type(exc).__name__
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b:?.*$")
+
+
+def worker_error(exc: BaseException, job: Any = None) -> str:
+    """The cause of a worker's failure in one line: the last exception line of the trace submitit reports (or of the
+    worker's stderr log), not submitit's "Job (task=0) failed during processing with trace:"."""
+    texts = [str(exc)]
+    try:
+        texts.append(job.stderr() or "" if job is not None else "")
+    except Exception:  # noqa: BLE001 - no log to read: the exception's own text
+        pass
+    for text in texts:
+        lines = [line.strip() for line in text.splitlines()]
+        found = [line for line in lines if _EXCEPTION_LINE.match(line) and "FailedJobError" not in line]
+        if found:
+            return found[-1]
+    return _error_line(exc).splitlines()[0]
 
 
 def _job_id() -> str | None:
@@ -88,8 +113,8 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
                               + yaml.safe_dump(cell.data, sort_keys=False))
             command = ["kinject", "run", cell.data["strategy"]["name"], "--config", str(cell.spec_file),
                        "-o", str(cell.run_dir)]
-            run = api.prepare(api.build_spec({**cell.data, "output": str(cell.run_dir)}), resume=True,
-                              command=command)
+            run, = api.prepare_runs(api.build_spec({**cell.data, "output": str(cell.run_dir)}), resume=True,
+                                    command=command)  # the automatic decisions, as its recorded command takes them
             api.execute(run, cell.run_dir)
         except BaseException as exc:  # noqa: BLE001 - recorded for `kinject grid status`; Ctrl-C still stops
             seconds = round(time.perf_counter() - clock, 3)
@@ -109,17 +134,12 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
 
 def _stop_on_sigterm() -> None:
     """SIGTERM (what the grid sends its workers on Ctrl-C) stops the cell now: submitit's job environment ignores
-    SIGTERM (it waits for a requeue signal), which left a stopped grid's cells training to their end."""
+    SIGTERM (it waits for a requeue signal), which left a stopped grid's cells training to their end. The kernel's
+    interrupt handler, the CLI's (:meth:`kinject.api.Interrupted.install`)."""
     import signal
-    import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        return
-
-    def stop(signum, frame):
-        raise Interrupted(signum)
-
-    signal.signal(signal.SIGTERM, stop)
+    Interrupted.install((signal.SIGTERM,))
+    stop_with_the_driver()
 
 
 # -- the dry run ------------------------------------------------------------------------------------- #
@@ -127,7 +147,8 @@ def plan_cell(cell: Cell) -> tuple[int, int, list[str]]:
     """(stages cached, stages, keys of the stages to compute) of a cell, as ``kinject run --dry-run`` plans it."""
     from kinject import api
 
-    run = api.prepare(api.build_spec({**cell.data, "output": str(cell.run_dir)}))
+    run, = api.prepare_runs(api.build_spec({**cell.data, "output": str(cell.run_dir)}), dry_run=True,
+                            announce=lambda line: None)  # a cached choice applied, as the cell will run
     runs = [member for _, member, _ in run.members if member is not None] or [run]
     planned = [p for r in runs for p in api.plan(r)]
     return sum(p.cached for p in planned), len(planned), [p.key for p in planned if not p.cached]
@@ -182,7 +203,9 @@ def run_local(grid: Grid, cells: list[Cell], workers: int, announce: Callable[[s
     if per_cell and len(gpus) < per_cell:
         raise SpecError(f"local.gpus_per_cell={per_cell}: {len(gpus)} GPU(s) visible")
     threads = max(1, (os.cpu_count() or 1) // workers)
-    executor = submitit.LocalExecutor(folder=str(grid.state_dir / "logs"))
+    os.environ[DRIVER] = str(os.getpid())  # the workers inherit it: they stop when this process dies
+    executor = submitit.LocalExecutor(folder=str(grid.state_dir / "logs"),
+                                      python=shlex.join([sys.executable, *SAFE_PATH]))
     executor.update_parameters(timeout_min=timeout_min or options.timeout_min)
     queue, running, results = list(cells), {}, []
     free = list(range(workers))
@@ -208,7 +231,7 @@ def run_local(grid: Grid, cells: list[Cell], workers: int, announce: Callable[[s
                     result = job.result()
                 except Exception as exc:  # noqa: BLE001 - the worker died (killed, timeout): record it
                     result = {"id": cell.id, "state": "failed", "error": f"worker process {job_id} ended: "
-                              + _error_line(exc).splitlines()[0][:300]}
+                              + worker_error(exc, job)[:300]}
                     if read_status(cell).get("state") in ("running", "queued", None):
                         write_status(cell, state="failed", error=result["error"])
                 results.append(_record(result, cell, announce))
@@ -234,7 +257,7 @@ def _eta(results: list[dict], total: int, workers: int, announce: Callable[[str]
     left = total - len(results)
     if left and seconds:
         eta = sum(seconds) / len(seconds) * left / max(1, workers)
-        announce(f"  {len(results)} of {total} cells finished; about {eta / 60:.0f} min for the {left} left "
+        announce(f"  {len(results)} of {plural(total, 'cell')} finished; about {eta / 60:.0f} min for the {left} left "
                  f"({workers} at a time)")
 
 
@@ -293,15 +316,14 @@ def slurm_script(grid: Grid, cells: list[Cell], overrides: dict[str, Any]) -> tu
     """The sbatch script of ``cells`` as one array job - every array task runs one readable ``kinject run --config
     <cell spec> -o <cell folder>`` (the cells' specs are written beside their folders) - and where it goes
     (``<output>/_grid/slurm/<grid>.sbatch``)."""
-    import shlex
-    import sys
 
     params = slurm_parameters(grid, overrides)
     logs = (grid.state_dir / "logs").absolute()
     lines = ["#!/bin/bash", f"#SBATCH --job-name={params['name']}",
              f"#SBATCH --array=0-{len(cells) - 1}" + (f"%{params['slurm_array_parallelism']}"
                                                       if params.get("slurm_array_parallelism") else ""),
-             f"#SBATCH --output={logs}/%A_%a.out", f"#SBATCH --error={logs}/%A_%a.err", "#SBATCH --nodes=1",
+             f"#SBATCH --output={shlex.quote(f'{logs}/%A_%a.out')}",  # a folder with spaces stays one value
+             f"#SBATCH --error={shlex.quote(f'{logs}/%A_%a.err')}", "#SBATCH --nodes=1",
              "#SBATCH --ntasks=1", f"#SBATCH --time={params['timeout_min']}"]
     for key, flag in (("slurm_partition", "partition"), ("slurm_gres", "gres"), ("cpus_per_task", "cpus-per-task"),
                       ("slurm_account", "account"), ("slurm_qos", "qos"), ("slurm_constraint", "constraint")):
@@ -311,7 +333,7 @@ def slurm_script(grid: Grid, cells: list[Cell], overrides: dict[str, Any]) -> tu
         lines.append(f"#SBATCH --mem={params['mem_gb']:g}GB")
     for key, value in (params.get("slurm_additional_parameters") or {}).items():
         lines.append(f"#SBATCH --{key.replace('_', '-')}={value}")
-    kinject = [sys.executable, "-m", "kinject"]  # the venv this grid was submitted from
+    kinject = [sys.executable, *SAFE_PATH, "-m", "kinject"]  # the venv this grid was submitted from
     commands = [shlex.join([*kinject, "run", c.data["strategy"]["name"], "--config", str(c.spec_file.absolute()),
                             "-o", str(c.run_dir.absolute())]) for c in cells]
     lines += ["", "set -euo pipefail", f"cd {shlex.quote(str(Path.cwd()))}",

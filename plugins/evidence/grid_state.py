@@ -96,5 +96,50 @@ def states(cells: list[Cell]) -> dict[str, CellState]:
 
 
 def counts(found: dict[str, CellState]) -> str:
+    """``4 cells: 3 done, 0 running, 1 failed, 0 pending`` (``1 cell: ...``)."""
+    from kinject.api import plural
+
     tally = {s: sum(1 for x in found.values() if x.state == s) for s in ("done", "running", "failed", "pending")}
-    return f"{len(found)} cells: " + ", ".join(f"{n} {s}" for s, n in tally.items())
+    return f"{plural(len(found), 'cell')}: " + ", ".join(f"{n} {s}" for s, n in tally.items())
+
+
+# -- a local worker stops with its grid ----------------------------------------------------------------- #
+DRIVER = "KINJECT_GRID_DRIVER"  # the pid of the process running a grid's local workers (they stop when it dies)
+
+
+def stop_with_the_driver() -> None:
+    """In a local worker: a thread that sends this process SIGTERM (the cell stops as on the grid's Ctrl-C) once the
+    grid process that started it is gone (killed with -9, out of memory): no cell trains on without its grid."""
+    import os
+    import signal
+    import threading
+    import time
+
+    driver = int(os.environ.get(DRIVER) or 0)
+    if not driver or driver == os.getpid() or getattr(stop_with_the_driver, "watching", False):
+        return
+    stop_with_the_driver.watching = True
+
+    def watch() -> None:
+        while _alive(driver):
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="kinject-grid-driver-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped, does not)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:  # no /proc (macOS): the signal answered
+        return True

@@ -21,7 +21,7 @@ from kinject.plugins.evidence.comparison import compare_runs, comparison_table, 
 from kinject.plugins.evidence.papers import figures_for, paper_title
 from kinject.plugins.evidence.render import Block, Code, Details, Heading, Image, Para, TableBlock, to_html, to_markdown
 from kinject.plugins.evidence.runs import RunSet, find_runs
-from kinject.api import atomic_directory
+from kinject.api import atomic_directory, plural
 
 SKIP_DIRS = {"model", "predictions"}
 
@@ -119,11 +119,13 @@ def _signed(values: list[float]) -> str:
 def _comparison_section(groups: dict[str, list[RunSet]], split: str, metrics: list[str] | None,
                         n_resamples: int, seed: int) -> tuple[list[Block], list[dict]]:
     blocks: list[Block] = [Heading(2, "Paired comparisons"),
-                           Para("Difference to the first run of each task (the baseline), with a 95% interval from "
-                                "a two-way bootstrap over seeds and evaluation units (the verdict reads it), the "
-                                "interval over units alone (conditional on these trained models) and, where both "
-                                "sides have several seeds, paired per-seed t-test and Wilcoxon p-values "
-                                "(docs/evidence.md).")]
+                           Para("Difference to the first run of each task (the baseline), with a 95% interval over "
+                                "seeds and evaluation units (the verdict reads it; with one paired seed it is over "
+                                "units only and no verdict is given), the interval over units alone (conditional on "
+                                "these trained models) and, where both sides have several seeds, paired per-seed "
+                                "t-test and Wilcoxon p-values; a system that learned nothing (one prediction for "
+                                "every example, or no better than the constant baseline of the gold labels) is named "
+                                "in the verdict (docs/evidence.md).")]
     results = []
     for task, sets in groups.items():
         usable = [s for s in sets if all((r.path / "predictions" / f"{split}.jsonl").exists() for r in s.runs.values())]
@@ -160,7 +162,7 @@ def _forest(results: list[dict], path: Path, split: str) -> Image | None:
 
     rows = [row for result in results for row in rows_of(result, f"{result['task']}: ")]
     drawn = forest_plot(rows, path, f"Each arm minus its baseline on {split} (verdict from the interval over seeds "
-                                    "and examples)")
+                                    "and examples; with 1 seed: examples only, no verdict)")
     return Image(drawn, "Every comparison at a glance: the difference to the baseline with its 95% intervals",
                  "forest.png") if drawn else None
 
@@ -197,7 +199,8 @@ def _papers_section(groups: dict[str, list[RunSet]], split: str) -> list[Block]:
                 values = [100 * v for v in _seed_values(s, split, metric)]
                 model = (s.first.info.get("spec", {}).get("model") or {}).get("name", "?")
                 if values:
-                    rows.append([f"kinject: {s.name}", str(model), f"{s.strategy}, {len(values)} seed(s), {split}",
+                    setting = f"{s.strategy}, {plural(len(values), 'seed')}, {split}"
+                    rows.append([f"kinject: {s.name}", str(model), setting,
                                  metric, _mean_std(values, 2), _scale(s)])
         blocks += [Heading(3, task), TableBlock(["source", "model", "setting", "metric", "value", "scale"], rows)]
     return blocks + [Para(f"{key}: {paper_title(key)}") for key in sorted(cited)]

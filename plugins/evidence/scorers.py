@@ -5,7 +5,8 @@ the metric from such arrays - on all examples (the value in metrics.json) or on 
 a metric that is a sum over examples (accuracy, MRR, recall@k, micro/macro F1 from per-example
 tp/fp/fn counts, entity F1 from per-sentence counts, Pearson from moments, ECE from per-bin sums) a
 resample only sums rows, so 2000 resamples of 5000 NER sentences take about a second. AUROC is
-recomputed from ranks on every resample (Mann-Whitney), ties counting one half as scikit-learn does.
+recomputed on every resample (Mann-Whitney, ``kinject.tasks.weighted_auroc``), ties counting one half as
+scikit-learn does.
 
 ``value(x)`` takes ``x`` of shape ``(d, *rest, n)`` (statistics first, examples last: ``rest`` is the
 seed axis, and the bootstrap batch axis when resampling) and returns an array of shape ``rest``.
@@ -16,7 +17,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-from scipy.stats import rankdata
 
 from kinject.api import KinjectError
 from kinject.plugins.evidence.metrics import MetricDef
@@ -228,7 +228,8 @@ def _scores(records: list[dict], metric: MetricDef) -> np.ndarray:
 
 
 class AurocScorer(Scorer):
-    """AUROC (binary, one-vs-rest multi-class, multi-label; macro/weighted/micro) from ranks on every sample:
+    """AUROC (binary, one-vs-rest multi-class, multi-label; macro/weighted/micro) on every sample
+    (``kinject.tasks.weighted_auroc``, the knowledge probe's too):
     columns = one 0/1 gold column per class, then one score column per class."""
 
     def stats(self, records):
@@ -249,15 +250,9 @@ class AurocScorer(Scorer):
             y = np.array([[str(r["gold"]) == name for name in labels] for r in records], dtype=float)
         return np.concatenate([y, s], axis=1)
 
-    @staticmethod
-    def _auc(y: np.ndarray, s: np.ndarray) -> np.ndarray:
-        ranks = rankdata(s, axis=-1)
-        pos = y.sum(-1)
-        neg = y.shape[-1] - pos
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where((pos > 0) & (neg > 0), ((ranks * y).sum(-1) - pos * (pos + 1) / 2) / (pos * neg), np.nan)
-
     def value(self, x):
+        from kinject.tasks import weighted_auroc
+
         k = x.shape[0] // 2
         y, s = x[:k], x[k:]
         average = self.metric.key.split("_", 1)[1]
@@ -265,8 +260,9 @@ class AurocScorer(Scorer):
             return np.zeros(x.shape[1:-1])
         if average == "micro":
             flat = (*x.shape[1:-1], k * x.shape[-1])
-            return np.nan_to_num(self._auc(np.moveaxis(y, 0, -2).reshape(flat), np.moveaxis(s, 0, -2).reshape(flat)))
-        auc = self._auc(y, s)
+            return np.nan_to_num(weighted_auroc(np.moveaxis(s, 0, -2).reshape(flat),
+                                                np.moveaxis(y, 0, -2).reshape(flat)))
+        auc = weighted_auroc(s, y)
         valid = np.isfinite(auc)
         weights = valid * (y.sum(-1) if average == "weighted" else 1.0)
         return _ratio(np.where(valid, auc, 0) * weights, weights.sum(0, keepdims=True)).sum(0)
@@ -300,14 +296,26 @@ SCORERS: dict[str, type[Scorer]] = {
 
 
 class EvaluatorScorer(Scorer):
-    """Any other evaluator (a third party's): the evaluator itself recomputes the metric from the records' ``gold``
-    and ``pred`` on every (re)sample - exact, but a call per resample instead of a sum of rows."""
+    """Any other evaluator (a third party's): the evaluator itself recomputes the metric on every (re)sample from
+    the records' ``gold`` and ``pred``, with ``labels`` and, where the records keep them, ``scores`` - what the
+    evaluate stage handed it - exact, but a call per resample instead of a sum of rows. It fails as one line."""
 
     def fit(self, record_sets):
         from kinject.api import MetricRef
 
         self.evaluator = MetricRef(name=self.metric.evaluator, options=self.metric.options).build()
+        needs = tuple(getattr(self.evaluator, "needs", ()))
         self.sets: list[list[dict]] = []
+        every = [r for records in record_sets for r in records]
+        self.with_scores = bool(every) and all("scores" in r for r in every)
+        missing = [field for field in needs if field != "scores" and any(field not in r for r in every)]
+        if "scores" in needs and not self.with_scores:
+            missing.insert(0, "scores")
+        if missing:
+            raise KinjectError(f"metric {self.metric.key!r}: evaluator {self.metric.evaluator!r} needs the records' "
+                               f"{' and '.join(missing)}, which these predictions lack (re-run their evaluate stage: "
+                               "kinject keeps what an evaluator's `needs` declares)")
+        self.extra = [field for field in needs if field != "scores"]
         return self
 
     def stats(self, records):
@@ -322,8 +330,17 @@ class EvaluatorScorer(Scorer):
         labels = list(self.metric.labels) or None
         for where in np.ndindex(out.shape):
             rows = [self.sets[i >> 20][i & (2**20 - 1)] for i in ids[where].tolist()]
-            scores = self.evaluator.compute([r["gold"] for r in rows], [r["pred"] for r in rows], labels=labels)
-            out[where] = scores[self.metric.key]
+            kwargs = {field: [r[field] for r in rows] for field in self.extra}
+            if self.with_scores:
+                kwargs["scores"] = np.asarray([r["scores"] for r in rows], dtype=float)  # as the run passed them
+            try:
+                scores = self.evaluator.compute([r["gold"] for r in rows], [r["pred"] for r in rows], labels=labels,
+                                                **kwargs)
+                out[where] = scores[self.metric.key]
+            except Exception as exc:  # noqa: BLE001 - a plugin's metric failing is one line, not a traceback
+                raise KinjectError(f"metric {self.metric.key!r}: evaluator {self.metric.evaluator!r} failed on the "
+                                   f"predictions: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                                   ) from None
         return out
 
 

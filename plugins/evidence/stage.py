@@ -36,6 +36,14 @@ def compare_body(cfg: CompareConfig, ctx: StageContext) -> None:
                                             n_resamples=cfg.resamples, task=task, env=cfg.task.environment(ctx)))
     result.update({"baseline_name": cfg.labels[0], "other_name": cfg.labels[1], "split": cfg.split,
                    "metric": cfg.metric})
+    from .learned import describe, verdict_of
+
+    flags = result.get("not_learned") or {}
+    result["verdict"] = verdict_of(result["verdict"], [(cfg.labels[0], flags.get("baseline")),
+                                                       (cfg.labels[1], flags.get("other"))])
+    for label, flag in ((cfg.labels[0], flags.get("baseline")), (cfg.labels[1], flags.get("other"))):
+        if flag:
+            log.warning("%s learned nothing: %s", label, describe(flag))
     if is_main_process():
         (ctx.out / "comparison.json").write_text(json.dumps(result, indent=2))
 

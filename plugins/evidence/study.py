@@ -118,8 +118,8 @@ def _objective(space: list[Param], base: dict, output: Path, strategy: str, metr
         config = run_dir.with_suffix(".yaml")
         atomic_write_text(config, yaml.safe_dump(data, sort_keys=False))
         spec = build_spec({**data, "output": str(run_dir)})
-        run = api.prepare(spec, resume=True, command=["kinject", "run", strategy, "--config", str(config),
-                                                         "-o", str(run_dir)])
+        run, = api.prepare_runs(spec, resume=True, announce=announce, command=[  # as its recorded command runs
+            "kinject", "run", strategy, "--config", str(config), "-o", str(run_dir)])
         manager, reporter = plugin_manager(), PruningReporter(trial, metric) if pruned_by_steps else None
         if reporter:
             manager.register(reporter, name=f"kinject-sweep-trial-{trial.number}")
@@ -192,9 +192,16 @@ def choose_folds(run, folds: int | None, split: str, announce: Callable[[str], N
         if folds:
             raise SpecError(f"--folds: the spec already sets fold={run.spec.fold}; remove one of them")
         return 0
+    from kinject.plugins.training import fold_problem
+
     examples = run.task.examples(run.task.train_split, run.env)
     if folds is None:
         if len(examples) >= AUTO_FOLDS_BELOW or split != "dev":  # automatic only in place of scoring dev
+            return 0
+        problem = fold_problem(examples, AUTO_FOLDS)
+        if problem is not None:
+            announce(f"{run.task.name}: the train split has {len(examples)} examples (< {AUTO_FOLDS_BELOW}), but "
+                     f"{problem}: each trial is scored on the dev split instead (--folds K for fewer folds)")
             return 0
         folds = AUTO_FOLDS
         announce(f"{run.task.name}: the train split has {len(examples)} examples (< {AUTO_FOLDS_BELOW}): each trial "
@@ -203,9 +210,9 @@ def choose_folds(run, folds: int | None, split: str, announce: Callable[[str], N
     if folds and split != "dev":
         raise SpecError(f"--split {split}: with cross-validation each trial is scored on its folds' held-out part "
                         "(dev); pass --no-folds to score another split")
-    groups = len({str(ex.get("group", i)) for i, ex in enumerate(examples)})
-    if folds > groups:
-        raise SpecError(f"--folds {folds}: the train split has only {groups} example group(s) to share out")
+    problem = fold_problem(examples, folds) if folds else None
+    if problem is not None:
+        raise SpecError(f"--folds {folds}: the train split cannot be shared out: {problem}")
     return folds
 
 

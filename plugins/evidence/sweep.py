@@ -130,10 +130,11 @@ def fold_spec(data: dict, index: int, folds: int) -> dict:
     same folds); only dev is scored (``training.eval_splits``), so test is never predicted. Fine-tuning keeps its
     last weights (``training.selection=last``): selecting the best epoch on the fold it is then scored on would
     report the best point of a noisy curve (more so for budgets with more evaluations), not what the setting gives.
-    No knowledge probe: it does not enter the objective."""
-    for path, value in (("fold", f"{index}/{folds}"), ("training.eval_splits", ["dev"]),
-                        ("training.selection", "last"), ("training.select_every", None),
-                        ("training.patience", None), ("hooks.knowledge-probe.enabled", False)):
+    No knowledge probe: it does not enter the objective. The same settings as the automatic choice's fold runs
+    (:func:`kinject.plugins.training.fold_run_settings`)."""
+    from kinject.plugins.training import fold_run_settings
+
+    for path, value in fold_run_settings(index, folds).items():
         data = set_field(data, path, value)
     return data
 

@@ -4,24 +4,12 @@ model, datasets, pipeline tag, ``model-index``) over a body written from run.jso
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-#: kinject's model aliases that are Hub models (``tiny`` is built in-process: no base model on the Hub)
-HUB_MODELS = {"minilm": "sentence-transformers/all-MiniLM-L6-v2"}
-#: the licence of base models kinject knows (a card's ``license``: the weights are a derivative of them)
-LICENSES = {"sentence-transformers/all-MiniLM-L6-v2": "apache-2.0", "bert-base-uncased": "apache-2.0",
-            "google-bert/bert-base-uncased": "apache-2.0", "microsoft/BiomedNLP-BiomedBERT-base-uncased-abstract":
-            "mit", "dmis-lab/biobert-v1.1": "apache-2.0", "allenai/scibert_scivocab_uncased": "apache-2.0"}
-#: kinject tasks whose data is on the Hub: task -> (dataset id, config). The splits kinject reads may differ.
-HUB_DATASETS = {"bc5chem": ("bigbio/blurb", "bc5chem"), "bc5disease": ("bigbio/blurb", "bc5disease"),
-                "ncbi-disease": ("bigbio/blurb", "ncbi_disease"), "bc2gm": ("bigbio/blurb", "bc2gm"),
-                "jnlpba": ("bigbio/blurb", "jnlpba"), "chemprot": ("bigbio/chemprot", None),
-                "ddi": ("bigbio/ddi_corpus", None), "hoc": ("bigbio/hallmarks_of_cancer", None),
-                "pubmedqa": ("bigbio/pubmed_qa", None), "bioasq": ("bigbio/bioasq_task_b", None),
-                "biosses": ("bigbio/biosses", None), "gad": ("bigbio/gad", None), "ebmpico": ("bigbio/ebm_pico", None)}
+from .provenance import _local, base_model, dataset_of, model_label, reproduce_command
+
 #: kinject's metric names -> the metric ids the Hub's model-index understands (kinject's name stays the display name)
 HUB_METRICS = {"accuracy": "accuracy", "f1": "f1", "f1_micro": "f1", "f1_macro": "f1", "f1_weighted": "f1",
                "entity_f1": "f1", "precision": "precision", "recall": "recall", "pearson": "pearsonr",
@@ -39,24 +27,19 @@ PIPELINES = {"token": ("token-classification", "Token Classification"),
 
 
 def read_json(path: Path) -> dict:
-    """A run file as a dict ({} when absent)."""
+    """A run file as a dict ({} when absent); one that is not a JSON object is one line naming it."""
     from kinject.api import DataError
 
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        found = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"cannot read ({exc})", path) from None
-
-
-def base_model(info: dict) -> str | None:
-    """The base model's Hub id: a kinject alias with one, or the model name when it was a Hub id (run.json's
-    model_path is then the name itself); None for a local folder or the in-process ``tiny``."""
-    name = (info.get("spec", {}).get("model") or {}).get("name")
-    if name in HUB_MODELS:
-        return HUB_MODELS[name]
-    return name if name and info.get("model_path") == name else None
+    if not isinstance(found, dict):
+        raise DataError(f"expected a JSON object (as kinject writes it), got a {type(found).__name__}; nothing is "
+                        "pushed", path)
+    return found
 
 
 def task_kind(info: dict, files: dict[str, Path]) -> str:
@@ -76,28 +59,38 @@ def task_kind(info: dict, files: dict[str, Path]) -> str:
     return "sequence"
 
 
-def split_metrics(metrics: dict) -> dict[str, dict[str, float]]:
-    """split -> {metric: value} of the evaluated splits in metrics.json (numbers only)."""
-    return {split: {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+def split_metrics(metrics: dict, finite: bool = False) -> dict[str, dict[str, float]]:
+    """split -> {metric: value} of the evaluated splits in metrics.json (numbers only; ``finite``: not NaN or inf)."""
+    import math
+
+    return {split: {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and (not finite or math.isfinite(v))}
             for split, values in metrics.items() if split not in NOT_SPLITS and isinstance(values, dict)}
 
 
-def card_data(info: dict, metrics: dict, repo_id: str, files: dict[str, Path]) -> ModelCardData:
-    """The card's YAML metadata, with one ``model-index`` result per evaluated split and metric."""
+def not_finite(metrics: dict) -> list[str]:
+    """``split.metric`` of every NaN or infinite value of the evaluated splits (left out of the model-index)."""
+    finite = split_metrics(metrics, finite=True)
+    return [f"{split}.{name}" for split, values in split_metrics(metrics).items() for name in values
+            if name not in finite[split]]
+
+
+def card_data(info: dict, metrics: dict, repo_id: str, files: dict[str, Path],
+              license: str | None = None) -> ModelCardData:
+    """The card's YAML metadata, with one ``model-index`` result per evaluated split and finite metric."""
     spec = info.get("spec", {})
     strategy = (spec.get("strategy") or {}).get("name", "?")
-    task = (spec.get("task") or {}).get("name", "?")
     pipeline, task_title = PIPELINES[task_kind(info, files)]
-    dataset, config = HUB_DATASETS.get(task, (None, None))
-    results = [EvalResult(task_type=pipeline, task_name=task_title, dataset_type=dataset, dataset_name=task,
+    name_of_data, dataset, config = dataset_of(info)
+    results = [EvalResult(task_type=pipeline, task_name=task_title, dataset_type=dataset, dataset_name=name_of_data,
                           dataset_config=config, dataset_split=split, metric_type=hub_metric(name), metric_name=name,
                           metric_value=round(float(value), 6))
-               for split, values in split_metrics(metrics).items() for name, value in values.items()
-               if dataset is not None]  # a model-index result names a Hub dataset; others stay in the body's table
+               for split, values in split_metrics(metrics, finite=True).items() for name, value in values.items()]
     adapters = any(path.startswith(("adapters/", "fusion/")) for path in files)
     base = base_model(info)
+    dataset = dataset if dataset != "custom" else None
     return ModelCardData(library_name="transformers", base_model=base, pipeline_tag=pipeline, language=["en"],
-                         license=LICENSES.get(base or ""), tags=["kinject", strategy, "biomedical",
+                         license=license, tags=["kinject", strategy, "biomedical",
                                                                  *(["adapters"] if adapters else [])],
                          datasets=[dataset] if dataset else None, model_name=repo_id.split("/")[-1],
                          eval_results=results or None)
@@ -108,16 +101,18 @@ def hub_metric(name: str) -> str:
     return HUB_METRICS.get(name, "recall" if name.startswith("recall@") else name)
 
 
-def model_card(run_dir: Path, repo_id: str, files: dict[str, Path]) -> ModelCard:
-    """The card of the run in ``run_dir`` published as ``repo_id`` with ``files`` (repo path -> local file)."""
+def model_card(run_dir: Path, repo_id: str, files: dict[str, Path], license: str | None = None) -> ModelCard:
+    """The card of the run in ``run_dir`` published as ``repo_id`` with ``files`` (repo path -> local file) under
+    ``license`` (the Hub's licence id)."""
     info = read_json(run_dir / "run.json")
     metrics = read_json(run_dir / "metrics.json")
     probe = read_json(run_dir / "probe.json") or flat_probe(metrics.get("probe"))  # probe.json has model/base
-    data = card_data(info, metrics, repo_id, files)
+    data = card_data(info, metrics, repo_id, files, license)
     body = "\n".join(part for part in (
-        summary(info, repo_id), setup_section(info), results_section(metrics), comparison_section(metrics),
+        summary(info, repo_id), setup_section(info), learned_section(run_dir), results_section(metrics),
+        comparison_section(metrics),
         probe_section(probe), usage_section(repo_id, files, own_loader(info)), files_section(files),
-        reproduce_section(info)) if part)
+        reproduce_section(info, run_dir)) if part)
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
 
 
@@ -152,12 +147,11 @@ def _strategy_doc(name: str) -> str:
 
 def summary(info: dict, repo_id: str) -> str:
     spec = info.get("spec", {})
-    model = (spec.get("model") or {}).get("name", "?")
     strategy = (spec.get("strategy") or {}).get("name", "?")
     task = (spec.get("task") or {}).get("name", "?")
     doc = _strategy_doc(strategy).rstrip(".")
     hub = base_model(info)
-    base = f"[`{hub}`](https://huggingface.co/{hub})" if hub else f"`{model}`"
+    base = f"[`{hub}`](https://huggingface.co/{hub})" if hub else f"`{model_label(info)}`"
     how = f" ({doc})" if doc else ""
     return (f"# {repo_id.split('/')[-1]}\n\n{base} trained with kinject's `{strategy}` strategy{how} on the "
             f"`{task}` task.\n")
@@ -199,31 +193,13 @@ def _default(kind: str, name: str, field: str):
 _UNKNOWN = object()
 
 
-def _local(value):
-    """``value`` (text, or a mapping of texts) with the machine's absolute folders shortened (nothing of the machine
-    that ran it is published): the data dir -> ``<data>``, the home folder -> ``~``, others -> their last parts."""
-    import os
-    import re
-
-    from kinject.api import default_data_dir
-
-    if isinstance(value, dict):
-        return {k: _local(v) for k, v in value.items()}
-    if not isinstance(value, str):
-        return value
-    for folder, short in ((str(default_data_dir()), "<data>"), (os.path.expanduser("~"), "~")):
-        if folder and folder != "/":
-            value = value.replace(folder.rstrip("/"), short)
-    return re.sub(r"(?<![\w<~.])/(?:[^\s/,;()'\"]+/)+([^\s/,;()'\"]+)", r".../\1", value)
-
-
 def setup_section(info: dict) -> str:
     spec = info.get("spec", {})
     model = spec.get("model") or {}
     name = (spec.get("task") or {}).get("name")
     task = {k: v for k, v in (spec.get("task") or {}).items() if k != "name" and v != _default("tasks", name, k)}
     training = spec.get("training") or {}
-    rows = {"base model": base_model(info) or model.get("name"), "model settings":
+    rows = {"base model": model_label(info), "model settings":
             {k: v for k, v in model.items() if k != "name" and v is not None},
             "strategy": (spec.get("strategy") or {}).get("name"), "knowledge": sources_text(info),
             "task": name, "task options": _local(task), "data": _local(info.get("data")),
@@ -254,6 +230,18 @@ def results_section(metrics: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def learned_section(run_dir: Path) -> str:
+    """A warning when the model learned nothing on test (kinject's evidence library's check: a constant predictor,
+    or a score that does not beat the constant baseline of the gold labels)."""
+    from kinject.plugins.evidence import run_not_learned
+
+    flag = run_not_learned(run_dir)
+    if not flag:
+        return ""
+    return (f"> **Not learned.** On the test split: {flag['reason']}. Its scores below are not "
+            "evidence about the method that trained it.\n")
+
+
 def comparison_section(metrics: dict) -> str:
     found = metrics.get("comparison")
     found = [found] if isinstance(found, dict) else [c for c in found or [] if isinstance(c, dict)]
@@ -262,7 +250,8 @@ def comparison_section(metrics: dict) -> str:
     lines = ["## Compared with the baseline\n",
              "Paired over the same examples (same seed and data): the difference and its bootstrap interval, as "
              "`kinject compare` reports them.\n",
-             "| split | metric | baseline | this model | difference | interval | examples |", "|---" * 7 + "|"]
+             "| split | metric | baseline | this model | difference | interval (examples only: one seed) | examples "
+             "| verdict |", "|---" * 8 + "|"]
     for c in found:
 
         def number(key: str, sign: str = "") -> str:
@@ -273,7 +262,7 @@ def comparison_section(metrics: dict) -> str:
                     f"({c.get('method', 'percentile')}, {c.get('n_resamples', '?')} resamples)")
         lines.append(f"| {c.get('split', 'test')} | {c.get('metric')} | {c.get('baseline_name', 'baseline')} "
                      f"{number('baseline')} | {c.get('other_name', '')} {number('other')} | "
-                     f"{number('difference', '+')} | {interval} | {c.get('n', '?')} |")
+                     f"{number('difference', '+')} | {interval} | {c.get('n', '?')} | {c.get('verdict', '-')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -379,12 +368,15 @@ def size_text(size: int) -> str:
     return f"{size} B"
 
 
-def reproduce_section(info: dict) -> str:
+def reproduce_section(info: dict, run_dir: Path) -> str:
     command = info.get("command") or []
     lines = ["## Reproduce\n"]
     if command:
-        lines.append(f"The exact command (this machine's folders shortened: `<data>` is the data dir):\n\n```bash\n"
-                     f"{_local(shlex.join(str(c) for c in command))}\n```\n")
+        line, variables = reproduce_command(command, run_dir)
+        setting = "".join(f"{name}=...  # {what}\n" for name, what in variables.items())
+        lines.append("The command that made this run, to paste"
+                     + (" after setting the folders of your machine it reads (this machine's are not published)"
+                        if variables else "") + f":\n\n```bash\n{setting}{line}\n```\n")
     extra = {"seed": info.get("seed"), "git sha": info.get("git_sha"), "created": info.get("created"),
              **(info.get("versions") or {})}
     lines.append(_table({k: v for k, v in extra.items() if v is not None}, ("provenance", "value")))

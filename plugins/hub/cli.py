@@ -19,6 +19,8 @@ def push(run: Path = typer.Argument(..., help="A run folder (the one holding run
                                                 "default: the main branch)"),
          commit_message: Optional[str] = typer.Option(None, "--commit-message", help="Commit message (default: "
                                                       "strategy, task and run folder)"),
+         license: Optional[str] = typer.Option(None, "--license", help="The card's licence (a Hub licence id, e.g. "
+                                               "apache-2.0); default: the base model's, required when unknown"),
          debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Publish a run on the Hugging Face Hub: what its strategy shares (the model; MoP: its adapters and fusion too)
     and a model card written from run.json and metrics.json."""
@@ -26,7 +28,9 @@ def push(run: Path = typer.Argument(..., help="A run folder (the one holding run
     from kinject.plugins.hub.push import publish
 
     found = publish(run, repo_id, private=private, dry_run=dry_run, revision=revision,
-                    commit_message=commit_message)
+                    commit_message=commit_message, license=license)
+    for warning in found.warnings:
+        typer.echo(f"warning: {warning}", err=True)
     listing = found.listing()
     width = max(len(path) for path, _ in listing)
     total = sum(size for _, size in listing)

@@ -4,14 +4,15 @@ card into the run folder (README.md beside run.json) and lists what would be sen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, get_token
 
 from kinject.api import KinjectError
 
-from .card import model_card, read_json
+from .card import model_card, not_finite, read_json
+from .provenance import base_license, base_model, model_label
 
 CARD = "README.md"
 
@@ -27,6 +28,7 @@ class Publication:
     card_path: Path | None = None  # where a dry run wrote the card
     url: str | None = None  # the commit, after an upload
     verified: str = ""  # how far the run's files were checked
+    warnings: list[str] = field(default_factory=list)  # what the user should know (said before the listing)
 
     def listing(self) -> list[tuple[str, int]]:
         """(repo path, bytes) of every file sent, the card first."""
@@ -124,11 +126,27 @@ def hub_api() -> HfApi:
     return HfApi(token=token)
 
 
+def card_license(info: dict, given: str | None, dry_run: bool, warnings: list[str]) -> str | None:
+    """The card's licence: ``given`` (--license), else the base model's (:func:`base_license`); unknown is one line
+    for a push and a warning for a dry run."""
+    found = given or base_license(base_model(info), info.get("model_path"))
+    if found:
+        return found
+    message = (f"--license: the licence of the base model ({model_label(info)}) is unknown; pass --license ID (the "
+               "Hub's licence id, e.g. apache-2.0, mit, cc-by-4.0, other)")
+    if not dry_run:
+        raise KinjectError(message + "; nothing is pushed")
+    warnings.append(message + " to push")
+    return None
+
+
 def publish(run_dir: Path, repo_id: str, *, private: bool = False, dry_run: bool = False,
-            revision: str | None = None, commit_message: str | None = None) -> Publication:
+            revision: str | None = None, commit_message: str | None = None,
+            license: str | None = None) -> Publication:
     """Push the run in ``run_dir`` to ``repo_id`` (created if missing, ``private`` then) in one commit on
-    ``revision`` (a branch, created if missing; default the main branch); ``dry_run``: write the card to
-    ``run_dir/README.md`` and send nothing."""
+    ``revision`` (a branch, created if missing; default the main branch) under ``license`` (default: the base
+    model's, when known); ``dry_run``: write the card to ``run_dir/README.md`` and send nothing. A NaN or infinite
+    metric is left out of the card's model-index, with a warning."""
     from kinject.api import atomic_write_text
 
     run_dir = Path(run_dir)
@@ -137,7 +155,13 @@ def publish(run_dir: Path, repo_id: str, *, private: bool = False, dry_run: bool
     check_repo_id(repo_id)
     api = None if dry_run else hub_api()  # before the work: a missing token is said at once
     files = shared_files(run_dir, info)
-    found = Publication(run_dir, repo_id, files, model_card(run_dir, repo_id, files), verified=verified)
+    warnings: list[str] = []
+    chosen = card_license(info, license, dry_run, warnings)
+    bad = not_finite(read_json(run_dir / "metrics.json"))
+    if bad:
+        warnings.append(f"{', '.join(bad)}: not a number (NaN or infinite): left out of the card's model-index")
+    found = Publication(run_dir, repo_id, files, model_card(run_dir, repo_id, files, chosen), verified=verified,
+                        warnings=warnings)
     if dry_run:
         found.card_path = run_dir / CARD
         atomic_write_text(found.card_path, str(found.card))

@@ -64,6 +64,10 @@ class KimeraConfig(PluginConfig):
                                       "metric: mrr for retrieval tasks, else the primary metric); higher must be better.")
     kg_steps: int = Field(200, ge=1, description="KG retraining optimiser steps (the retraining budget).")
     kg_batch_size: int = Field(16, ge=1, description="KG retraining batch size.")
+    kg_token_budget: int | None = Field(None, ge=16, le=1_000_000, description="Token-budget batching: each KG batch "
+                                        "holds as many rows as fit this many padded tokens (short rows pack into "
+                                        "larger batches, fewer steps per epoch); None: kg_batch_size rows per batch. "
+                                        "Changes the optimisation (batch size and steps): docs/kimera.md.")
     kg_learning_rate: float = Field(5e-5, gt=0, description="KG retraining peak learning rate.")
     kg_max_length: int = Field(64, ge=16, description="Tokens per KG sequence (entity caps shrink to fit).")
     kg_max_triples: int | None = Field(20000, ge=1, description="Use the first N triples of the source "

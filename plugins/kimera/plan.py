@@ -180,7 +180,8 @@ def retraining_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]
     config = RetrainConfig(
         model=run.model_ref(), seed=retrain_seed(run, cfg), mask=mask, mask_stage=masks, forward_mask=forward,
         from_scratch=scratch, source=resolved.source,
-        kg={**{k: v for k, v in cfg.model_dump(mode="json").items() if k.startswith("kg_")},
+        kg={**{k: v for k, v in cfg.model_dump(mode="json").items()  # an unset token budget is not keyed: keys stay
+               if k.startswith("kg_") and not (k == "kg_token_budget" and v is None)},  # as before the option
             **({"kg_epochs": run.knowledge_epochs} if run.knowledge_epochs else {})},
         alphas=cfg.alphas.model_dump(), task_sampling=cfg.task_sampling, pooling=cfg.pooling,
         other_params=cfg.other_params, weight_decay=training.weight_decay, warmup_ratio=training.warmup_ratio,

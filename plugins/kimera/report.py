@@ -75,28 +75,41 @@ def heatmap(values: torch.Tensor, title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def bars(table: dict, path: Path) -> None:
+def bars_figure(table: dict):
+    """Figure 3: per layer, mean I_h before/after and counts of retrained/frozen heads whose I_h rose/fell; each
+    before/after (rose/fell) pair centred on its integer layer tick, every panel's y axis labelled."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rows = table["per_layer"]
     layers = [r["layer"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
     width = 0.4
-    axes[0].bar([x - width / 2 for x in layers], [r["mean_before"] for r in rows], width, label="before")
-    axes[0].bar([x + width / 2 for x in layers], [r["mean_after"] for r in rows], width, label="after")
-    axes[0].set_title("mean I_h per layer")
-    axes[0].legend()
-    for ax, group in ((axes[1], "retrained"), (axes[2], "frozen")):
-        ax.bar([x - width / 2 for x in layers], [r[f"{group}_rose"] for r in rows], width, label="rose")
-        ax.bar([x + width / 2 for x in layers], [r[f"{group}_fell"] for r in rows], width, label="fell")
-        ax.set_title(f"{group} heads: importance rose / fell")
-        ax.legend()
-    for ax in axes:
+    panels = ((axes[0], "mean_before", "mean_after", "before", "after", "mean I_h per layer", "mean I_h"),
+              *((ax, f"{group}_rose", f"{group}_fell", "rose", "fell", f"{group} heads: importance rose / fell",
+                 f"{group} heads (count)") for ax, group in ((axes[1], "retrained"), (axes[2], "frozen"))))
+    for ax, left, right, left_label, right_label, title, ylabel in panels:
+        ax.bar([x - width / 2 for x in layers], [r[left] for r in rows], width, label=left_label)
+        ax.bar([x + width / 2 for x in layers], [r[right] for r in rows], width, label=right_label)
+        ax.set_title(title)
         ax.set_xlabel("layer")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(layers[::max(1, -(-len(layers) // 16))])  # integer layers, at most 16 labels
+        ax.set_xlim(min(layers, default=0) - 0.5, max(layers, default=0) + 0.5)
+        ax.legend()
+    for ax in axes[1:]:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of heads
     fig.tight_layout()
+    return fig
+
+
+def bars(table: dict, path: Path) -> None:
+    fig = bars_figure(table)  # selects the Agg backend before pyplot is imported here
+    import matplotlib.pyplot as plt
+
     fig.savefig(path, dpi=100)
     plt.close(fig)
 

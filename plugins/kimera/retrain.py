@@ -24,7 +24,7 @@ from torch import nn
 
 from kinject.api import KinjectError, StageContext, TrainingSpec, is_main_process
 from kinject.plugins.training import (HookCallback, last_checkpoint, length_grouped_batches, quiet_progress, save_model,
-                                      training_arguments)
+                                      token_budget_batches, training_arguments)
 
 from .gating import HeadGates, head_layout
 from .heldout import build_retraining_data, score_heldout
@@ -66,7 +66,8 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
                          batch_size=2 * kg["kg_batch_size"], seed=cfg.seed)
     stats = retrain(encoder, tokenizer, {t: getattr(data, t) for t in tasks}, len(data.relations), training,
                     ctx.work, cfg.seed, mask=head_mask, forward_mask=cfg.forward_mask, other_params=cfg.other_params,
-                    pooling=cfg.pooling, alphas=alphas, batches_of=length_grouped_batches, resume=ctx.resume,
+                    pooling=cfg.pooling, alphas=alphas, batches_of=kg_batches(kg.get("kg_token_budget")),
+                    resume=ctx.resume,
                     task_sampling=cfg.task_sampling, mlm_head=mlm_head, heldout=scorer)
     stats["kg"] = data.stats
     consumed, rows_total = stats.pop("_consumed"), stats.pop("_rows_per_epoch")
@@ -114,6 +115,14 @@ class KGBatchDataset(torch.utils.data.ConcatDataset):
         super().__init__([TaggedDataset(datasets[n], n) for n in self.names])
         self.offsets = dict(zip(self.names, [0, *self.cumulative_sizes[:-1]]))
         self.tasks = {n: datasets[n] for n in self.names}
+
+
+def kg_batches(token_budget: int | None):
+    """``batches_of(lengths, batch_size, seed)`` for the retraining: rows of similar length, ``batch_size`` rows per
+    batch, or as many rows as fit ``token_budget`` padded tokens (kinject.plugins.training.token_budget_batches)."""
+    if not token_budget:
+        return length_grouped_batches
+    return lambda lengths, _batch_size, seed: token_budget_batches(lengths, token_budget, seed)
 
 
 class MultiTaskBatchSampler:

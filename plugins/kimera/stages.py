@@ -13,6 +13,8 @@ from pydantic import Field
 
 from kinject.api import NOT_KEYED, ModelRef, SourceRef, StageConfig, TaskRef
 
+SEARCH_ROUNDS = 4  # a mask search's rounds, for its time estimate before it runs (CAPR's: docs/benchmarks.md)
+
 
 class ScoringConfig(StageConfig):
     """The importance scoring set and the metric the mask search watches."""
@@ -28,6 +30,14 @@ class ScoringConfig(StageConfig):
     seed: int | None = None  # None: the first `examples`; else a seeded random draw of whole groups
     bf16: bool = False  # importance and metric passes under bfloat16 autocast (training.bf16; same masks, 1.3x)
 
+    def flops(self, run, rounds: int) -> float:
+        """``rounds`` of importance (forward + backward on the first importance_examples) and metric passes."""
+        from kinject.plugins.training import scored_flops
+
+        every = scored_flops(run, self.task, self.split, self.max_length, self.examples)
+        first = scored_flops(run, self.task, self.split, self.max_length, self.importance_examples or self.examples)
+        return rounds * (every + 2 * first)
+
 
 class MaskConfig(StageConfig):
     """The iterative mask search on a fine-tuned task model."""
@@ -39,6 +49,9 @@ class MaskConfig(StageConfig):
     scoring: ScoringConfig
     finetuned_model: ModelRef | None = None  # a given task model instead of model_stage's
     model_stage: str | None = None  # the input stage whose model/ is scored (None: finetuned_model)
+
+    def cost(self, run) -> float:
+        return self.scoring.flops(run, min(self.max_rounds + 1, SEARCH_ROUNDS))
 
 
 class SearchReportConfig(StageConfig):
@@ -86,6 +99,14 @@ class RetrainConfig(StageConfig):
     bf16: bool
     save_steps: int = Field(500, json_schema_extra=NOT_KEYED)  # checkpoint interval (what --resume restarts from)
 
+    def cost(self, run) -> float:
+        from kinject.plugins.training import trained_flops
+
+        steps = self.kg["kg_steps"]
+        if self.kg.get("kg_epochs"):  # epochs of the graph's rows: at most kg_max_triples of them
+            steps = self.kg["kg_epochs"] * (self.kg.get("kg_max_triples") or 20000) / self.kg["kg_batch_size"]
+        return trained_flops(run, steps, self.kg["kg_batch_size"], self.kg["kg_max_length"] / 2)  # triples: ~half
+
 
 class PrunedConfig(StageConfig):
     """The pre-trained encoder with the hard mask's redundant heads removed."""
@@ -101,3 +122,6 @@ class ReportConfig(StageConfig):
     scoring: ScoringConfig
     mask_stage: str  # the input stage whose masks.json holds the mask and the first-round importance
     model_stage: str  # the input stage whose model/ (the KIMERA task model) is scored
+
+    def cost(self, run) -> float:
+        return self.scoring.flops(run, 1)

@@ -30,6 +30,8 @@ _EXPORTS = {  # name -> the module defining it
     ".packing": ("SEP_WORD", "mlm_model_ref", "pack_stage", "pack_to_arrow", "read_texts"),
     ".masking": ("WholeWordMaskCollator",),
     ".masked_lm": ("load_mlm", "missing_mlm_head", "sparse_prediction", "train_mlm", "transfer_embeddings"),
+    # provenance of facts: what an input that is not a source (a task, a model that is a run) saw of the held-out
+    ".provenance": ("DEFAULT_EXCLUDE", "filtered_task_ref", "model_input", "record", "task_input"),
     # the knowledge probe's stages, for a run the hook does not reach
     ".hooks": ("probe_stages",),
 }

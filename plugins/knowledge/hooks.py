@@ -81,3 +81,17 @@ def kinject_extra_stages(run):
     if run.task is None or not run.hook_settings(NAME).enabled:
         return None
     return probe_stages(run)
+
+
+@hookimpl
+def kinject_check_inputs(run):
+    """A starting model (``--model``) that is a kinject run declares the held-out facts it saw (run.json
+    ``knowledge.inputs``); one that saw some is refused unless the run is memorisation
+    (:mod:`kinject.plugins.knowledge.provenance`)."""
+    if run.task is None:
+        return
+    from kinject.plugins.knowledge.provenance import model_input, record
+
+    entry = model_input(run, run.spec.model.name, "model.name")
+    if entry is not None:
+        record(run, entry)

@@ -62,6 +62,16 @@ class MlmConfig(StageConfig):
     training: TrainingSpec
     seed: int
 
+    def cost(self, run) -> float | None:
+        """Packed sequences of ``max_length`` tokens for ``training.max_steps`` steps (None when it trains epochs of a
+        corpus not read yet)."""
+        from kinject.plugins.training import trained_flops
+
+        t = self.training
+        if not t.max_steps or t.max_steps <= 0:
+            return None
+        return trained_flops(run, t.max_steps * t.gradient_accumulation_steps, t.batch_size, self.max_length)
+
 
 def mlm_training_spec(training: TrainingSpec, steps: int, learning_rate: float, batch_size: int,
                       gradient_accumulation: int = 1, warmup_ratio: float = 0.1,

@@ -59,12 +59,22 @@ class ProbeSettings(StageConfig):
                                   "facts, docs/knowledge-sources.md).")
     batch_size: int = Field(64, ge=1, json_schema_extra=NOT_KEYED, description="Names embedded per batch.")
 
+    def flops(self, run) -> float:
+        """Embedding both names of every pair once (names are short: about a quarter of ``max_length``)."""
+        from kinject.plugins.training import model_shape
+
+        length = self.max_length / 4
+        return 2 * (self.train_pairs + self.test_pairs) * length * model_shape(run).forward(length)
+
 
 class BaseProbeConfig(StageConfig):
     """The probe on the base model (no task, no input: one cached stage per base model and settings)."""
 
     model: ModelRef
     probe: ProbeSettings
+
+    def cost(self, run) -> float:
+        return self.probe.flops(run)
 
 
 class ProbeConfig(StageConfig):
@@ -73,6 +83,9 @@ class ProbeConfig(StageConfig):
     evaluate: SerializeAsAny[EvaluateConfig] = Field(description="The run's last evaluate stage's config.")
     probe: ProbeSettings
     base_stage: str = Field(description="The input stage that probed the base model.")
+
+    def cost(self, run) -> float:
+        return self.probe.flops(run)
 
 
 # -- the facts ------------------------------------------------------------------------------------------------ #
@@ -106,7 +119,7 @@ def _draw_facts(settings: ProbeSettings) -> dict[str, Any]:
     held = []
     if ref.holdout is not None:
         names = {words(n): n for pair in edges for n in pair}
-        for head, _, tail in ref.holdout.held_out().triples:  # as the graph names them, when it does
+        for head, _, tail in ref.holdout.held_out().iter_triples():  # as the graph names them, when it does
             head, tail = names.get(words(head)), names.get(words(tail))
             if head and tail and head != tail:
                 held.append((head, tail))
@@ -232,27 +245,12 @@ def score(model, tokenizer, settings: ProbeSettings, facts: dict | None = None) 
             "seconds": round(time.perf_counter() - start, 3), "_probabilities": chosen.tolist()}
 
 
-def weighted_auroc(scores, labels, weights):
-    """AUROC of ``scores`` against 0/1 ``labels`` with example ``weights`` (replicates x examples): the Mann-Whitney
-    statistic with ties counted half, as ``sklearn.metrics.roc_auc_score`` computes it on the repeated examples."""
-    import numpy as np
-
-    values, codes = np.unique(np.asarray(scores, dtype=float), return_inverse=True)  # ascending
-    weights = np.atleast_2d(np.asarray(weights, dtype=float))
-    positive = np.zeros((len(weights), len(values)))
-    negative = np.zeros_like(positive)
-    labels = np.asarray(labels, dtype=bool)
-    np.add.at(positive.T, codes[labels], weights[:, labels].T)
-    np.add.at(negative.T, codes[~labels], weights[:, ~labels].T)
-    below = np.cumsum(negative, axis=1) - negative  # negative weight strictly below each score
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (positive * (below + 0.5 * negative)).sum(axis=1) / (positive.sum(axis=1) * negative.sum(axis=1))
-
-
 def gain_interval(facts: dict, model: list[float], base: list[float], seed: int = 0) -> list[float]:
     """95% bootstrap interval of the AUROC gain (model - base) over probe-test heads (both pairs of a head together);
-    all replicates at once (:func:`weighted_auroc` on each replicate's example counts)."""
+    all replicates at once (``kinject.tasks.weighted_auroc`` on each replicate's example counts)."""
     import numpy as np
+
+    from kinject.tasks import weighted_auroc
 
     rows = facts["test"]
     y = np.array([r["label"] == "yes" for r in rows], dtype=bool)

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import yaml
 
-from kinject.api import SpecError, atomic_file, atomic_write_text
+from kinject.api import SpecError, atomic_file, atomic_write_text, plural
 
 log = logging.getLogger("kinject")
 BASELINE = "baseline"
@@ -328,7 +328,8 @@ def heatmap(summary: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("target task")
     done = [stats["n"] for row in rows.values() for stats in row["cells"].values() if stats]
     seeds = f"{min(done)}-{max(done)}" if done and min(done) != max(done) else str(max(done, default=0))
-    ax.set_title(f"STILT, {summary['model']}, mean ± std over {seeds} of {summary['seeds']} seed(s)", fontsize=10)
+    ax.set_title(f"STILT, {summary['model']}, mean ± std over {seeds} of {plural(summary['seeds'], 'seed')}",
+                 fontsize=10)
     fig.tight_layout()
     with atomic_file(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")

@@ -7,6 +7,7 @@ import dataclasses
 
 from kinject.api import (DataError, DataMissingError, PluginRef, SpecError, Stage, Task, TaskGroup, TrainingOverrides,
                          TrainingSpec, UnknownNameError, registry, validate_plugin_config)
+from kinject.plugins.knowledge import filtered_task_ref, record, task_input
 from kinject.plugins.training import evaluate_stage, finetune_body, finetune_stage
 
 from .config import IntermediateSpec, StiltConfig
@@ -20,6 +21,7 @@ class Resolved:
     """What ``StiltStrategy.validate`` resolved for its stages (``run.resolved``)."""
 
     tasks: tuple[Task, ...]  # the intermediate tasks, in training order
+    drops: tuple[list, ...] = ()  # per task: the held-out name pairs its examples state (filtered out of them)
 
 
 def resolve(run, cfg: StiltConfig) -> Resolved:
@@ -35,7 +37,12 @@ def resolve(run, cfg: StiltConfig) -> Resolved:
         except DataError as exc:
             kind = DataMissingError if isinstance(exc, DataMissingError) else DataError
             raise kind(f"strategy.intermediate.{i} ({task.name}): {exc.reason}", exc.path, exc.line) from None
-    return Resolved(tasks=tuple(tasks))
+    drops = []
+    for i, task in enumerate(tasks):  # its examples that state the run's held-out facts are filtered out
+        entry, drop = task_input(run, task, f"strategy.intermediate.{i}")
+        record(run, entry)
+        drops.append(drop)
+    return Resolved(tasks=tuple(tasks), drops=tuple(drops))
 
 
 def build_intermediate_task(spec: IntermediateSpec, field: str) -> Task:
@@ -70,7 +77,9 @@ def intermediate_stages(run, cfg: StiltConfig, resolved: Resolved) -> list[Stage
         training = intermediate_training(run.spec.training, cfg.training, spec.training)
         name = stage_name(i, task)
         base = finetune_stage(run, name=name, init_from=previous, task=task, training=training)
-        stages.append(Stage(name=name, body=finetune_body, config=IntermediateConfig(**dict(base.config)),
+        drop = resolved.drops[i] if resolved.drops else []
+        config = {**dict(base.config), "task": filtered_task_ref(base.config.task, drop)}
+        stages.append(Stage(name=name, body=finetune_body, config=IntermediateConfig(**config),
                             inputs=base.inputs, produces_model=True))
         previous = name
     return stages

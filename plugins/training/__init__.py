@@ -1,7 +1,9 @@
 """kinject's training library: the fine-tune and evaluate stages every strategy reuses (:mod:`.stages`), the task
 models they build and load (:mod:`.task_models`), training through the HF Trainer (:mod:`.loop`,
 batched by length: :mod:`.batching`), prediction (:mod:`.prediction`),
-dev-based model selection (:mod:`.selection`), peft adapters (:mod:`.peft_tuning`), and `kinject eval`.
+dev-based model selection (:mod:`.selection`), peft adapters (:mod:`.peft_tuning`), `kinject eval`, and the
+automatic decisions a run takes for its user (:mod:`.decisions`: the hook plugin ``decisions``; the cross-validated
+choice on a small train split, :mod:`.choice`, and the default training rules).
 
 Strategies import the builders from here::
 
@@ -16,8 +18,10 @@ from __future__ import annotations
 from kinject.api import lazy_exports
 
 _EXPORTS = {  # name -> the module defining it; imported on first use, so `kinject list` reading `eval` loads nothing
-    ".batching": ("PaddingCounter", "consumed_rows", "length_grouped_batches", "row_lengths", "useful_token_fraction",
-                  "with_length_buckets"),
+    ".choice": ("fold_problem", "fold_run_settings"),
+    ".cost": ("model_shape", "scored_flops", "trained_flops"),
+    ".batching": ("PaddingCounter", "consumed_rows", "length_grouped_batches", "row_lengths", "token_budget_batches",
+                  "useful_token_fraction", "with_length_buckets"),
     ".loop": ("EpochCallback", "HookCallback", "last_checkpoint", "quiet_progress", "train", "training_arguments"),
     ".prediction": ("dev_scorer", "float32_head", "predict"),
     ".stages": ("EvaluateConfig", "FinetuneConfig", "evaluate_body", "evaluate_config_class", "evaluate_model",

@@ -39,6 +39,44 @@ def length_grouped_batches(lengths: np.ndarray | Sequence[int], batch_size: int,
     return batches + partial
 
 
+def token_budget_batches(lengths: np.ndarray | Sequence[int], max_tokens: int, seed: int | None = None,
+                         mega: int = 50, rng: np.random.Generator | None = None) -> list[list[int]]:
+    """Shuffled batches of rows of similar length, each holding as many rows as fit ``max_tokens`` padded tokens.
+
+    Token-budget batching (as fairseq's ``--max-tokens``): short rows pack into large batches, long rows into small
+    ones, so every step costs about the same. Rows are shuffled, sorted by length (longest first, stable) inside
+    blocks of ``mega`` x (the rows of an average-length batch), then cut greedily while rows x the batch's longest
+    row stays within the budget; the batches are shuffled and the one with the longest row comes first. A row longer
+    than the budget gets a batch of its own. Randomness: ``rng``, else ``np.random.default_rng(seed)``.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    generator = rng if rng is not None else np.random.default_rng(seed)
+    if not len(lengths):
+        return []
+    per_batch = max(1, int(max_tokens // max(1.0, float(lengths.mean()))))
+    span = per_batch * max(1, mega)
+    order = generator.permutation(len(lengths))
+    batches: list[list[int]] = []
+    for lo in range(0, len(order), span):
+        block = order[lo:lo + span]
+        block = block[np.argsort(-lengths[block], kind="stable")]
+        current: list[int] = []
+        for index in block.tolist():
+            longest = int(lengths[current[0]]) if current else int(lengths[index])
+            if current and (len(current) + 1) * longest > max_tokens:
+                batches.append(current)
+                current = []
+            current.append(index)
+        if current:
+            batches.append(current)
+    batches = [batches[int(i)] for i in generator.permutation(len(batches))]
+    longest = max(range(len(batches)), key=lambda b: lengths[batches[b][0]])
+    batches[0], batches[longest] = batches[longest], batches[0]
+    return batches
+
+
 def useful_token_fraction(lengths: np.ndarray | Sequence[int], batches: list[list[int]]) -> float:
     """Non-pad tokens / all tokens when each batch is padded to its longest row."""
     lengths = np.asarray(lengths)

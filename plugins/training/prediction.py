@@ -79,6 +79,19 @@ def predict_here(model, features: list[dict], collator: Callable, batch_size: in
     return _unsort(np.concatenate(chunks), order)
 
 
+def keep_scores(task, records: list[dict], logits: np.ndarray) -> list[dict]:
+    """``records`` with the ``scores`` an evaluator of ``task`` declares it needs (``Evaluator.needs``): the model's
+    raw outputs of each record (one logit row per evaluation unit), where the task's own records lack them - so
+    ``kinject compare``, grids and reports can hand them back and recompute the metric. A task whose units are not
+    one logit row each (token tagging) keeps its records as they are; the comparison then names what is missing."""
+    needed = any("scores" in getattr(ref.build(), "needs", ()) for ref in task.metric_refs())
+    rows = np.asarray(logits)
+    if not needed or not records or all("scores" in r for r in records) or len(records) != len(rows) or rows.ndim > 2:
+        return records
+    flat = rows.reshape(len(records), -1).astype(float)
+    return [r if "scores" in r else {**r, "scores": row.tolist()} for r, row in zip(records, flat)]
+
+
 class DevScorer:
     """``scorer(model) -> metrics`` on the task's dev split (its first evaluation split when it has none named dev;
     for ``training.eval_steps`` and ``training.selection``). ``last_logits`` are the logits of the latest call;

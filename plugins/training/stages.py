@@ -59,6 +59,11 @@ class FinetuneConfig(StageConfig):
     def extra_stats(self) -> dict[str, Any]:
         return {}
 
+    def cost(self, run) -> float:
+        from .cost import finetune
+
+        return finetune(self, run)
+
 
 def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
     """Build the task model (the base encoder or the model of ``init_from``, a fresh head), apply the config's
@@ -144,7 +149,7 @@ def load_scored(model_stage: Path, cfg: "EvaluateConfig") -> dict[str, np.ndarra
     return {path.stem: np.load(path, allow_pickle=False) for path in folder.glob("*.npy")}
 
 
-def finetune_stage(run, name: str = "finetune", init_from: str | None = None, task: Task | None = None,
+def finetune_stage(run, name: str = "finetune", init_from: str | None = None, task: Task | TaskRef | None = None,
                    training: TrainingSpec | None = None) -> Stage:
     """Fine-tune the base model (or the model of stage ``init_from``) on a task (the run's by default)."""
     config = FinetuneConfig(model=run.model_ref(), task=run.task_ref(task),
@@ -164,7 +169,7 @@ def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: in
     already computed with this model (not predicted again)."""
     from kinject.api import KinjectError, load_tokenizer
 
-    from .prediction import predict
+    from .prediction import keep_scores, predict
 
     tokenizer = load_tokenizer(str(model_dir))
     head = task.head(env)
@@ -186,7 +191,7 @@ def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: in
             raise RuntimeError(f"{task.name} {split}: {len(logits)} predictions for {len(features)} examples")
         metrics[split] = plain(task.score(split, examples, features, logits, env))
         try:
-            records[split] = plain(task.predictions(split, examples, features, logits, env))
+            records[split] = plain(keep_scores(task, task.predictions(split, examples, features, logits, env), logits))
         except NotImplementedError:
             log.warning("%s: task writes no per-example predictions (kinject compare cannot pair it)", task.name)
         details.info("%s %s: %s", task.name, split, ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
@@ -216,6 +221,11 @@ class EvaluateConfig(StageConfig):
     def load_model(self, model_dir: Path, head: Head):
         """The trained task model in ``model_dir`` (override for models ``from_pretrained`` cannot load alone)."""
         return load_task_model(model_dir, head, self.attn_implementation)
+
+    def cost(self, run) -> float:
+        from .cost import evaluate
+
+        return evaluate(self, run)
 
 
 def evaluate_config_class(info: dict, where: str = "run.json") -> type[EvaluateConfig] | None:
@@ -262,13 +272,14 @@ def evaluate_body(cfg: EvaluateConfig, ctx: StageContext) -> None:
         write_predictions(records, ctx.out / "predictions")
 
 
-def evaluate_stage(run, model_stage: str = "finetune", name: str = "evaluate", task: Task | None = None,
+def evaluate_stage(run, model_stage: str = "finetune", name: str = "evaluate", task: Task | TaskRef | None = None,
                    export: bool = True) -> Stage:
     """Evaluate the model of ``model_stage`` on the task's evaluation splits; writes metrics.json and
     predictions/<split>.jsonl (copied into the run directory when ``export``)."""
     from kinject.api import SpecError
 
-    task = task or run.task
+    ref = run.task_ref(task)  # a Task, or a TaskRef (with an input transform)
+    task = ref.raw()
     splits = run.spec.training.eval_splits
     if splits is not None:
         known = (*task.eval_splits, task.train_split)
@@ -276,7 +287,7 @@ def evaluate_stage(run, model_stage: str = "finetune", name: str = "evaluate", t
         if unknown or not splits:
             raise SpecError(f"training.eval_splits: {', '.join(unknown) or 'empty list'} "
                             f"(task {task.name!r} has: {', '.join(known)})")
-    config = EvaluateConfig(task=run.task_ref(task), model_stage=model_stage, max_length=run.spec.model.max_length,
+    config = EvaluateConfig(task=ref, model_stage=model_stage, max_length=run.spec.model.max_length,
                             attn_implementation=run.spec.model.attn_implementation,
                             splits=list(splits) if splits else None, bf16=bool(run.spec.training.bf16),
                             batch_size=run.spec.training.eval_batch_size)

@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark scripts: benchmarks/bench_mfu.py on the tiny model, on the CPU, a few steps."""
+"""Smoke test of the benchmark scripts (run as ``python -m benchmarks.NAME``) on the tiny model, on the CPU, a few steps."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SETUPS = ("finetune kinject", "finetune bare", "finetune bare + clip", "plain HF Trainer",
@@ -16,11 +18,12 @@ SETUPS = ("finetune kinject", "finetune bare", "finetune bare + clip", "plain HF
           "doktra distill kinject", "doktra distill bare", "mlm kinject", "mlm bare")
 
 
+@pytest.mark.slow
 def test_bench_mfu_tiny_cpu(tmp_path):
     out = tmp_path / "mfu.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
-           "KINJECT_PROGRESS": "0"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_mfu.py"), "--device", "cpu",
+           "KINJECT_PROGRESS": "0", "PYTHONPATH": str(ROOT)}  # run from tmp_path: the package from the root
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_mfu", "--device", "cpu",
                            "--model", "tiny", "--batch", "8", "--length", "32", "--steps", "2", "--warmup", "1",
                            "--rounds", "1", "--peak-size", "256", "--peak-block-s", "0.02", "--json", str(out)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -39,9 +42,11 @@ def test_bench_mfu_tiny_cpu(tmp_path):
     assert all(r["vs_plain"] is not None for r in data["rows"] if r["setup"].startswith(("finetune", "plain")))
 
 
+@pytest.mark.slow
 def test_bench_peft_tiny_cpu(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_peft.py"), "--models", "tiny",
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_peft", "--models", "tiny",
                            "--batch", "2", "--length", "16", "--steps", "1", "--warmup", "1", "--rounds", "1"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

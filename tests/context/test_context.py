@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from helpers import one_line_error
 from helpers import run_kinject as kinject
 
@@ -49,9 +51,10 @@ def test_context_runs_hands_the_facts_to_the_model_and_records_them_per_example(
     dose = json.loads((out / "metrics.json").read_text())["dose"]
     assert dose["unit"] == "facts in context" and dose["distinct"] > 0
     comparison = json.loads((out / "metrics.json").read_text())["comparison"]
-    assert comparison["other_name"] == "context" and comparison["baseline_name"] == "finetune"
+    assert comparison["other_name"] == "context-text" and comparison["baseline_name"] == "finetune"
 
 
+@pytest.mark.slow
 def test_the_held_out_answers_never_reach_the_context(tmp_path, tiny_model):
     from kinject.api import words
 

@@ -40,6 +40,7 @@ def test_malformed_data_names_file_and_line_and_writes_nothing(tmp_path, textcls
     assert not out.exists() and not list(tmp_path.glob(".o*"))
 
 
+@pytest.mark.slow
 def test_unknown_label_and_missing_data(tmp_path, textcls_dir, tiny_model):
     dev = textcls_dir / "dev.jsonl"
     dev.write_text(dev.read_text() + json.dumps({"text": "x", "label": "nonsense"}) + "\n")
@@ -67,6 +68,7 @@ def test_info_and_doctor():
         assert needle in doctor.stdout
 
 
+@pytest.mark.slow
 def test_eval_command(tmp_path, textcls_dir, tiny_model):
     out = tmp_path / "run"
     run = cli("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",

@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from helpers import run_kinject as kinject
+from helpers import wait_until
+from reliability_helpers import SLOWED, held
 
 
 def run_args(data: Path, out: Path, *extra: str) -> list[str]:
@@ -24,6 +25,7 @@ def stages(run_dir: Path) -> dict[str, dict]:
     return {s["name"]: s for s in json.loads((run_dir / "run.json").read_text())["stages"]}
 
 
+@pytest.mark.slow
 def test_eval_splits_scores_only_the_chosen_splits(tmp_path, textcls_dir, tiny_model, capsys):
     full, only_test = tmp_path / "full", tmp_path / "test-only"
     assert kinject(*run_args(textcls_dir, full)) == 0
@@ -80,6 +82,7 @@ def test_run_directory_and_cache(tmp_path, textcls_dir, tiny_model):
     assert not fourth["finetune"]["cached"] and fourth["finetune"]["key"] != first["finetune"]["key"]
 
 
+@pytest.mark.slow
 def test_same_seed_same_metrics_different_seed_differs(tmp_path, textcls_dir, tiny_model):
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     assert kinject(*run_args(textcls_dir, a, "--cache-dir", str(tmp_path / "ca"), "--seed", "3")) == 0
@@ -92,6 +95,7 @@ def test_same_seed_same_metrics_different_seed_differs(tmp_path, textcls_dir, ti
     assert ma["train"]["train_loss"] != mc["train"]["train_loss"]
 
 
+@pytest.mark.slow
 def test_repeats_report_mean_and_std(tmp_path, textcls_dir, tiny_model):
     out = tmp_path / "rep"
     assert kinject(*run_args(textcls_dir, out, "--repeats", "2", "--seed", "10")) == 0
@@ -112,41 +116,23 @@ def test_dry_run_shows_stages_and_writes_nothing(tmp_path, textcls_dir, tiny_mod
     assert not out.exists()
 
 
-SLOW_RUN = """
-import sys, time
-from kinject.hooks import plugin_manager, hookimpl
-
-class Slow:
-    @hookimpl
-    def kinject_metrics_logged(self, stage, metrics, step):
-        time.sleep(0.25)
-
-plugin_manager().register(Slow(), name="slow")
-from kinject.cli.main import main
-main(sys.argv[1:])
-"""
-
-
 @pytest.mark.slow
 def test_kill_mid_stage_then_resume_matches_uninterrupted(tmp_path, textcls_dir, tiny_model):
     data = textcls_dir
     common = ["--set", "training.epochs=6", "--set", "training.save_steps=4", "--set", "training.logging_steps=1",
               "--set", "training.warmup_ratio=0"]
-    env = dict(os.environ)
     # 1. uninterrupted reference, own cache
     ref = tmp_path / "ref"
     assert kinject(*run_args(data, ref, "--cache-dir", str(tmp_path / "cache-ref"), *common)) == 0
-    # 2. a slowed-down run in a subprocess, killed once it has written a checkpoint
+    # 2. a run in a subprocess, held mid-training once checkpoint-4 is written, and killed there
     cache = tmp_path / "cache"
     out = tmp_path / "crashed"
     args = run_args(data, out, "--cache-dir", str(cache), *common)
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_RUN, *args], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and not list(cache.glob("stages/finetune/*.partial/work/checkpoint-*")):
-        time.sleep(0.2)
-    assert proc.poll() is None, "run finished before it could be killed"
-    time.sleep(0.3)
+    gate = tmp_path / "never"  # (the environment as the in-process runs have it: the same threads, the same numbers)
+    proc = subprocess.Popen([sys.executable, "-c", SLOWED, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, KINJECT_TEST_STEP_DELAY="0", KINJECT_TEST_GATE=str(gate),
+                                     KINJECT_TEST_GATE_STEP="5"), start_new_session=True)
+    wait_until(lambda: held(gate), "the run to hold after its first checkpoint", process=proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not out.exists()  # nothing half-written in the output dir
@@ -164,6 +150,7 @@ def test_kill_mid_stage_then_resume_matches_uninterrupted(tmp_path, textcls_dir,
     assert all((a[k] - b[k]).abs().max().item() < 1e-6 for k in a)
 
 
+@pytest.mark.slow
 def test_repeats_work_for_task_groups(tmp_path, textcls_dir, tiny_model):
     from pydantic import Field
 

@@ -156,6 +156,7 @@ def test_a_command_plugin_is_a_command(outside, capsys):
     assert "hello kinject" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_third_party_evaluator_scores_runs_and_compare_recomputes_it(outside, tmp_path, textcls_dir, tiny_model,
                                                                        capsys):
     metrics = '[{name: brier}, {name: accuracy}]'

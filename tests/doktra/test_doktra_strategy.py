@@ -170,7 +170,7 @@ def test_model_source_resolves_a_run_directory_to_its_model(tmp_path, tiny_model
     assert ModelSource(model="tiny").fingerprint(env).startswith("tiny:")
 
 
-@pytest.mark.parametrize("projection,width", [("auto", 32), ("learned", 48)])
+@pytest.mark.parametrize("projection,width", [("auto", 32), pytest.param("learned", 48, marks=pytest.mark.slow)])
 def test_end_to_end_with_a_teacher_of_another_tokenizer_and_width(tmp_path, textcls_dir, word_teacher, projection,
                                                                    width):
     from safetensors.torch import load_file
@@ -200,6 +200,7 @@ def test_end_to_end_with_a_teacher_of_another_tokenizer_and_width(tmp_path, text
     assert json.loads((stages["doktra-teacher"] / "train.json").read_text())["beta"] == 0.3
 
 
+@pytest.mark.slow
 def test_multi_label_kd_run_with_a_run_directory_as_teacher(tmp_path, word_teacher):
     from kinject.engine import execute
 
@@ -221,6 +222,7 @@ def test_multi_label_kd_run_with_a_run_directory_as_teacher(tmp_path, word_teach
     assert metrics["train"]["objective"] == "kd" and metrics["l_at"]["before"] >= 0
 
 
+@pytest.mark.slow
 def test_the_margin_can_be_in_units_of_the_teacher_s_activations(tmp_path, textcls_dir, word_teacher):
     from kinject.engine import execute
 

@@ -43,7 +43,7 @@ def test_bad_folds_are_one_line_errors(tmp_path, textcls_dir, tiny_model, capsys
                                                              "--no-folds"))
     assert "--split test: with cross-validation" in one_line_error(
         capsys, sweep_args(textcls_dir, out, space, 1, "--folds", "3", "--split", "test"))
-    assert "--folds 60: the train split has only 48 example group(s)" in one_line_error(
+    assert "--folds 60: the train split cannot be shared out: 48 example(s) in 48 unit(s)" in one_line_error(
         capsys, sweep_args(textcls_dir, out, space, 1, "--folds", "60"))
     assert "the spec already sets fold=0/2" in one_line_error(
         capsys, sweep_args(textcls_dir, out, space, 1, "--folds", "3", "--set", "fold=0/2"))

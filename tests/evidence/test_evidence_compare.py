@@ -41,6 +41,7 @@ def test_repeats_pair_by_seed_with_interval_and_seed_tests(tmp_path, capsys):
     assert tests["wilcoxon_pvalue"] == pytest.approx(0.25)  # exact, 3 positive differences: 2 / 2**3
 
 
+@pytest.mark.slow
 def test_runs_with_more_seeds_pair_over_the_shared_ones(tmp_path, capsys):
     base = repeats(tmp_path / "base", {1: 30, 2: 32, 3: 29, 4: 50, 5: 50})  # seeds 4-5 have no partner
     other = repeats(tmp_path / "other", {1: 40, 2: 45, 3: 41})
@@ -81,6 +82,7 @@ def one_line_error(capsys, *args) -> str:
     return err[0]
 
 
+@pytest.mark.slow
 def test_refusals_are_one_line_errors(tmp_path, capsys):
     records = classification_records(20, 10)
     a = make_run(tmp_path / "a", records)

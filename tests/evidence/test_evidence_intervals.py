@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from evidence_runs import classification_records, make_run
 from helpers import run_kinject as kinject
@@ -28,11 +29,12 @@ def test_seeds_that_disagree_put_zero_in_the_interval_the_example_interval_exclu
     from kinject.plugins.evidence.comparison import pair
 
     base, arm = _sets([0, 0, 0]), _sets([40, 0, 40])
-    _, row = pair(_accuracy_def(), base, [arm], n_resamples=2000)
+    _, row = pair(_accuracy_def(), base, [arm], n_resamples=2000, learned=False)  # the intervals, not the flags
     assert abs(row["difference"] - 2 / 3) < 1e-9
     assert row["ci_low"] <= 0 <= row["ci_high"] and row["verdict"] == "no evidence"
     assert row["ci_low_examples"] > 0.5  # conditional on these models: every resample gives 2/3
-    assert row["interval"] == "seeds and examples" and row["seeds_paired"] == 3
+    assert row["interval"] == "seeds (t) × examples" and row["seeds_paired"] == 3
+    assert all(low <= 0 <= high for kind, (low, high) in row["intervals"].items() if kind != "examples")
 
 
 def test_seeds_that_agree_exactly_give_the_example_interval_and_disagreeing_seeds_widen_it():
@@ -53,13 +55,14 @@ def test_one_seed_gives_the_example_interval_and_groups_are_resampled_as_units()
 
     base = {42: classification_records(40, 10)}
     arm = {42: classification_records(40, 30)}
-    _, row = pair(_accuracy_def(), base, [arm], n_resamples=500)
-    assert row["interval"] == "examples" and (row["ci_low"], row["ci_high"]) == (row["ci_low_examples"],
-                                                                                 row["ci_high_examples"])
+    _, row = pair(_accuracy_def(), base, [arm], n_resamples=500, learned=False)
+    assert row["interval"] == "examples only" and (row["ci_low"], row["ci_high"]) == (row["ci_low_examples"],
+                                                                                      row["ci_high_examples"])
+    assert row["ci_low"] > 0 and row["verdict"] == "1 seed: no verdict"  # one seed never gives a gain
     for side in (base, arm):  # the two pairs of one unit (e.g. an hpo-isa child term) go together
         for i, record in enumerate(side[42]):
             record["group"] = f"child-{i // 2}"
-    _, grouped = pair(_accuracy_def(), base, [arm], n_resamples=500)
+    _, grouped = pair(_accuracy_def(), base, [arm], n_resamples=500, learned=False)
     assert grouped["units"] == 20 and row["units"] == 40
 
 
@@ -97,25 +100,27 @@ def test_dev_selection_keeps_the_lowest_score_of_a_lower_is_better_metric(tmp_pa
     assert summary["best_step"] == 2 and summary["best_score"] == 0.10 and summary["greater_is_better"] is False
 
 
+@pytest.mark.slow
 def test_compare_json_has_the_seed_inclusive_interval_by_default_and_the_example_one_labelled(tmp_path, capsys):
-    for seed, correct in zip((42, 43, 44), (10, 12, 11)):
+    for seed, correct in zip((42, 43, 44), (22, 24, 23)):
         make_run(tmp_path / "base" / f"seed-{seed}", classification_records(40, correct), seed=seed)
-    for seed, correct in zip((42, 43, 44), (36, 14, 30)):
+    for seed, correct in zip((42, 43, 44), (38, 25, 34)):
         make_run(tmp_path / "arm" / f"seed-{seed}", classification_records(40, correct), seed=seed)
     capsys.readouterr()
     assert kinject("compare", "--json", str(tmp_path / "base"), str(tmp_path / "arm")) == 0
     row = json.loads(capsys.readouterr().out)["metrics"][0]["rows"][1]
-    assert row["interval"] == "seeds and examples" and row["verdict"] in ("gain", "no evidence")
+    assert row["interval"] == "seeds (t) × examples" and row["verdict"] in ("gain", "no evidence")
+    assert row["interval_kind"] == "seeds-t+examples" and set(row["intervals"]) >= {"two-way", "seeds-t", "examples"}
     assert row["ci_high"] - row["ci_low"] > row["ci_high_examples"] - row["ci_low_examples"]
     assert kinject("compare", str(tmp_path / "base"), str(tmp_path / "arm")) == 0
     out = capsys.readouterr().out
     assert "| arm" not in out and "arm" in out and "3 †" in out  # short names; fewer than 5 seeds flagged
-    assert "CI (seeds × examples)" in out and "conditional on these trained models" in out
+    assert "CI (seeds (t) × examples)" in out and "conditional on these trained models" in out
 
 
 def test_identical_predictions_say_so(tmp_path, capsys):
-    make_run(tmp_path / "a", classification_records(20, 10))
-    make_run(tmp_path / "b", classification_records(20, 10))
+    make_run(tmp_path / "a", classification_records(20, 14))
+    make_run(tmp_path / "b", classification_records(20, 14))
     capsys.readouterr()
     assert kinject("compare", str(tmp_path / "a"), str(tmp_path / "b")) == 0
     assert "identical predictions" in capsys.readouterr().out
@@ -145,4 +150,5 @@ def test_two_way_bootstrap_recomputes_non_additive_metrics_per_replicate():
     a = np.stack([scorer.stats(r) for r in a_sets], axis=-1)
     b = np.stack([scorer.stats(r) for r in b_sets], axis=-1)
     result = two_way_bootstrap(scorer, a, b, n_resamples=300)
-    assert 0.2 < result.difference < 0.8 and result.low > 0 and result.resampled == "seeds and examples"
+    assert 0.2 < result.difference < 0.8 and result.low > 0 and result.kind == "two-way"
+    assert result.resampled == "seeds × examples, two-way bootstrap"

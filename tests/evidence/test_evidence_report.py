@@ -55,16 +55,16 @@ def test_report_has_every_section_in_markdown_and_html(runs, tmp_path, capsys):
     for heading in SECTIONS:
         assert heading in md and f"<h2>{heading[3:]}" in html, heading
     # comparisons: the textcls pair, with the baseline first; the run without predictions named
-    assert ("| run | seeds | accuracy | Δ vs baseline | 95% CI (seeds × examples) | verdict | 95% CI (examples: these "
-            "models) | t-test p | Wilcoxon p |") in md
+    assert ("| run | seeds | accuracy | Δ vs baseline | 95% CI (seeds (t) × examples) | verdict | 95% CI (examples "
+            "only: these models) | t-test p | Wilcoxon p |") in md
     assert re.search(r"\| better \| 2 † \| 0.7875 \| \+0.2500 \| \[\+0\.\d+, \+0\.\d+\] \| gain \| "
                      r"\[\+0\.\d+, \+0\.\d+\] \| - \| 0.5 \|", md)  # equal per-seed differences: no t-test; Wilcoxon 2/2**2
-    assert "† fewer than 5 paired seeds" in md
+    assert "† 2-4 paired seeds" in md and "not learned" not in md
     assert "Without test predictions (not compared): nopreds." in md  # named below the folder the runs share
     # the papers' figures beside ours (KIMERA Table 1, MedQuAD R@1; ours x 100)
     assert "| kimera: Table 1 (test; cross-encoder CAPR, left; clinical outcome prediction AUROC, right) | " \
            "KIMERA hard-mask | MedQuAD | recall@1 | 71.94 |" in md
-    assert "| kinject: capr | tiny | kimera, 1 seed(s), test | recall@1 | 50.00 |" in md
+    assert "| kinject: capr | tiny | kimera, 1 seed, test | recall@1 | 50.00 |" in md
     assert "HealthQA" not in md  # a jsonl-dataset figure does not match a medquad run
     assert re.search(r"\| 1 \| 0.5000 \| 0.7500 \| 10 \|", md)  # a count stays an int, metrics keep 4 digits
     # plots: copied beside the Markdown, embedded in the HTML; the model folder's image is no plot
@@ -106,7 +106,7 @@ def test_task_group_folder_expands_to_its_members(tmp_path):
 
 
 def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
-    """docs/results.md's numbers come from run directories: benchmarks/experiments/results_page.py rewrites each
+    """docs/results.md's numbers come from run directories: python -m benchmarks.experiments.results_page rewrites each
     marked block with comparison_markdown (mean ± std, per-seed values, paired interval) and leaves prose alone."""
     import subprocess
     import sys
@@ -130,16 +130,16 @@ def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
     manifest = tmp_path / "results.yaml"
     manifest.write_text("blocks:\n  demo:\n    runs: [base, better]\n    metrics: [accuracy]\n    resamples: 500\n"
                         "  terms:\n    kind: csv\n    path: terms.csv\n")
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments" / "results_page.py"
-    cmd = [sys.executable, str(script), "--runs", str(tmp_path), "--page", str(page), "--manifest", str(manifest)]
-    assert subprocess.run([*cmd, "--check"]).returncode == 1  # stale before
-    assert subprocess.run(cmd).returncode == 0
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "benchmarks.experiments.results_page", "--runs", str(tmp_path), "--page", str(page), "--manifest", str(manifest)]
+    assert subprocess.run([*cmd, "--check"], cwd=root).returncode == 1  # stale before
+    assert subprocess.run(cmd, cwd=root).returncode == 0
     new = page.read_text()
     assert new.startswith("intro prose\n<!-- generated:demo -->\n") and "<!-- /generated:demo -->\nmore prose\n" in new
     assert new.endswith("<!-- generated:terms -->\n| term | tokenizer | pieces |\n|---|---|---|\n| lymphoma | vocab/tokenizer | 4 |\n"
                         "<!-- /generated:terms -->\n")  # a path under --runs is shown relative to it
     assert "stale numbers" not in new and "| better | 2 † |" in new
-    assert subprocess.run([*cmd, "--check"]).returncode == 0  # up to date after
+    assert subprocess.run([*cmd, "--check"], cwd=root).returncode == 0  # up to date after
 
 
 def test_metrics_markdown_tables_nested_values_per_seed(tmp_path):

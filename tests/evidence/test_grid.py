@@ -145,6 +145,7 @@ def test_leaderboard_equals_kinject_compare(grid_run, data, tmp_path):
     assert "<table>" in (copy / "leaderboard.html").read_text() and "Δ vs finetune" in markdown
 
 
+@pytest.mark.slow
 def test_status_after_a_forced_failure_then_running_then_resubmission(grid_run, data, tmp_path, monkeypatch):
     from filelock import FileLock
 
@@ -183,6 +184,7 @@ def test_status_after_a_forced_failure_then_running_then_resubmission(grid_run, 
     assert "4 cells: 4 done, 0 running, 0 failed, 0 pending" in kinject(*grid(data, out, command="status"))[1]
 
 
+@pytest.mark.slow
 def test_local_executor_runs_each_cell_in_its_own_process(grid_run, data, tmp_path):
     out = tmp_path / "local"
     code, text, err = kinject(*grid(data, out, "-e", "local", "-w", "2", "--only", "textcls/finetune/*",

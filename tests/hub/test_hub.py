@@ -82,10 +82,11 @@ def card_of(content: bytes):
     return ModelCard(content.decode())
 
 
+@pytest.mark.slow
 def test_finetune_push_sends_model_and_card_in_one_commit(runs, hub, capsys):
     run = runs["finetune"]
     code = run_kinject("push", str(run), "--repo-id", "you/ft-textcls", "--private", "--revision", "exp",
-                       "--commit-message", "first")
+                       "--commit-message", "first", "--license", "mit")
     assert code == 0, capsys.readouterr().err
     assert ("create_repo", "you/ft-textcls", {"private": True, "exist_ok": True}) in hub.calls
     assert ("create_branch", "you/ft-textcls", {"branch": "exp", "exist_ok": True}) in hub.calls
@@ -102,9 +103,10 @@ def test_finetune_push_sends_model_and_card_in_one_commit(runs, hub, capsys):
     info = json.loads((run / "run.json").read_text())
     metrics = json.loads((run / "metrics.json").read_text())
     assert data["library_name"] == "transformers" and data["tags"] == ["kinject", "finetune", "biomedical"]
-    assert data["language"] == ["en"] and "license" not in data  # tiny has no licence of its own
+    assert data["language"] == ["en"] and data["license"] == "mit"  # tiny has no licence of its own: --license's
     assert data["pipeline_tag"] == "text-classification" and "base_model" not in data  # tiny is not on the Hub
-    assert "model-index" not in data  # textcls is your own data: no Hub dataset to name; the numbers are in the body
+    result = data["model-index"][0]["results"][0]  # your own data: named after its folder, of type custom
+    assert result["dataset"] == {"name": "data", "type": "custom", "split": "dev"} and "datasets" not in data
     assert all(f"{value:.4f}" in text for split in ("dev", "test") for value in metrics[split].values())
     assert " ".join(info["command"][:3]) == "kinject run finetune" and "kinject run finetune --task textcls" in text
     assert f"| git sha | `{info['git_sha']}` |" in text and "| seed | `42` |" in text
@@ -123,7 +125,8 @@ def test_mop_push_sends_partition_adapters_and_fusion_in_the_adapters_format(run
     from kinject.plugins.mop.fusion import load_fused_model
 
     run = runs["mop"]
-    assert run_kinject("push", str(run), "--repo-id", "you/mop-textcls") == 0, capsys.readouterr().err
+    assert run_kinject("push", str(run), "--repo-id", "you/mop-textcls", "--license", "mit") == 0, \
+        capsys.readouterr().err
     files = sent(hub)
     info = json.loads((run / "run.json").read_text())
     stages = {s["name"]: Path(s["dir"]) for s in info["stages"]}
@@ -169,6 +172,7 @@ def test_mop_push_sends_partition_adapters_and_fusion_in_the_adapters_format(run
     assert "* `adapters/` (" in text and "* `fusion/` (" in text and "kinject's `mop` strategy to load" in text
 
 
+@pytest.mark.slow
 def test_dry_run_writes_the_card_beside_run_json_lists_the_files_and_needs_no_network(runs, monkeypatch, capsys):
     import kinject.plugins.hub.push as push
 
@@ -264,7 +268,7 @@ def test_what_cannot_be_pushed_is_one_line_exit_2_and_nothing_is_sent(runs, hub,
         from huggingface_hub.errors import HfHubHTTPError
 
         hub.fail = HfHubHTTPError("403 Forbidden: you cannot write to this repository\nmore detail")
-    assert run_kinject("push", run, "--repo-id", repo) == 2
+    assert run_kinject("push", run, "--repo-id", repo, "--license", "mit") == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not [call for call in hub.calls if call[0] == "create_commit"]

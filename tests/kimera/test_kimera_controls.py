@@ -251,6 +251,7 @@ def test_bad_control_settings_fail_before_any_stage(tmp_path, textcls_dir, tiny_
     assert not (tmp_path / "cache" / "stages").exists()  # nothing ran
 
 
+@pytest.mark.slow
 def test_cli_reports_a_bad_control_in_one_line_with_exit_2(tmp_path, textcls_dir, tiny_model):
     from helpers import assert_user_error, cli
 

@@ -38,6 +38,7 @@ def test_streamed_stats_equal_in_memory_stats():
     assert stream_stats(iter([]))["triples"] == 0
 
 
+@pytest.mark.slow
 def test_streamed_stats_memory_is_flat_in_the_number_of_triples():
     import tracemalloc
 
@@ -89,6 +90,7 @@ def test_cli_stats_on_kg_umls(data_dir, capsys):
     assert stats["relation_counts"]["affects"] == 1022
 
 
+@pytest.mark.slow
 def test_cli_partition_and_errors(data_dir, tmp_path, capsys):
     from kinject.cli.main import main
 

@@ -60,6 +60,7 @@ def _source_refs(value):
             yield from _source_refs(item)
 
 
+@pytest.mark.slow
 def test_every_source_of_every_strategy_holds_the_facts_out_and_the_run_records_them(tmp_path, textcls_dir,
                                                                                      tiny_model):
     from kinject.api import Environment, build_spec, prepare, words
@@ -100,6 +101,7 @@ def test_every_source_of_every_strategy_holds_the_facts_out_and_the_run_records_
     assert keys[0] != keys[1]
 
 
+@pytest.mark.slow
 def test_a_held_out_fact_never_reaches_kimera_rows_mop_partitions_or_a_pretraining_corpus(tmp_path, textcls_dir,
                                                                                          tiny_model):
     """End to end: each method's dose (the facts its steps consumed) holds none of the held-out facts, and its
@@ -138,6 +140,7 @@ def test_a_held_out_fact_never_reaches_kimera_rows_mop_partitions_or_a_pretraini
             assert corpus_stats["held_out_fact_texts"] == 3 and dose["unit"] == "texts"
 
 
+@pytest.mark.slow
 def test_the_dose_counts_what_the_steps_consumed(tmp_path, textcls_dir, tiny_model):
     """KIMERA's dose is the rows its batches took: kg_steps x batch rows, the triples those rows state; a digest
     that two runs with the same steps share and a longer run does not."""

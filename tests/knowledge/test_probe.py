@@ -127,6 +127,7 @@ def _stages(run: Path) -> dict[str, dict]:
     return {s["name"]: s for s in json.loads((run / "run.json").read_text())["stages"]}
 
 
+@pytest.mark.slow
 def test_runs_write_the_probe_and_share_the_base_model_s_score(probed_runs):
     first, second = (json.loads((probed_runs / name / "probe.json").read_text()) for name in ("finetune", "stilt"))
     for probe in (first, second):
@@ -143,6 +144,7 @@ def test_runs_write_the_probe_and_share_the_base_model_s_score(probed_runs):
     assert "test" in metrics  # the task's metrics stay the run's
 
 
+@pytest.mark.slow
 def test_compare_and_report_show_each_run_s_probe(probed_runs, tmp_path, capsys):
     runs = [str(probed_runs / "finetune"), str(probed_runs / "stilt")]
     capsys.readouterr()
@@ -167,13 +169,15 @@ def test_the_probe_is_a_section_of_the_run_s_metrics(probed_runs):
     assert section["chance"] == 0.5
 
 
+@pytest.mark.slow
 def test_the_probe_gain_interval_is_sklearn_s_auroc_on_every_resample():
     """The vectorised bootstrap (all replicates at once, ties counted half) gives what roc_auc_score gives on each
     replicate's examples, so the interval is the one the per-replicate loop gave, in a fraction of the time."""
     import numpy as np
     from sklearn.metrics import roc_auc_score
 
-    from kinject.plugins.knowledge.probe import RESAMPLES, gain_interval, weighted_auroc
+    from kinject.plugins.knowledge.probe import RESAMPLES, gain_interval
+    from kinject.tasks import weighted_auroc
 
     rng = np.random.default_rng(3)
     rows = [{"label": "yes" if i % 2 == 0 else "no", "group": f"h{i // 2}"} for i in range(60)]

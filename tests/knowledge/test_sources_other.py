@@ -226,6 +226,7 @@ def test_corpus_reads_tasks_through_their_readers_and_no_test_text_reaches_it(tm
 
 
 @pytest.mark.data
+@pytest.mark.slow
 def test_in_domain_corpus_excludes_test_splits(data_dir, tmp_path):
     import random
 

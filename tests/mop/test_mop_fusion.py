@@ -321,6 +321,7 @@ def test_name_embeddings_are_mean_pooled_per_name_whatever_the_batch(tiny_model,
 
 
 
+@pytest.mark.slow
 def test_kinject_eval_scores_a_saved_mop_model_like_its_own_loader(tiny_model, adapter_dirs, tokenizer, tmp_path,
                                                                    textcls_dir, capsys):
     from helpers import run_kinject
@@ -356,6 +357,7 @@ def test_kinject_eval_scores_a_saved_mop_model_like_its_own_loader(tiny_model, a
     assert np.allclose(got, expected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_adapter_training_resumes_from_its_checkpoint(tiny_model, tokenizer, tmp_path):
     """An adapter run killed after its step-2 checkpoint and resumed ends where an uninterrupted run ends."""
     from adapters import SeqBnConfig

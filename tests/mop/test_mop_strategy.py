@@ -36,23 +36,35 @@ def prepared(tmp_path, textcls_dir, kg, model_updates: dict | None = None, **str
 
 
 # -- bad input: one line, exit 2, nothing written, before any stage ------------------------------------------ #
+SLOW = pytest.mark.slow  # the costlier cases (about 10 s each on 2 busy cores): the fast tier keeps the others
+
+
 @pytest.mark.parametrize("sets,message", [
     (["strategy.partitions=1"], "strategy.partitions: Input should be greater than or equal to 2"),
-    (["strategy.partitions=25"], "strategy.partitions: 25 parts but the knowledge graph has only 24 entities"),
-    (["strategy.mixture=sparse"], "strategy.mixture: Input should be 'softmax', 'gumbel' or 'moe'"),
-    (["strategy.mixture=moe", "strategy.top_k=4"], "strategy.top_k: 4 adapters per token but only 3 partitions"),
-    (["strategy.adapter=nonexistent"], "strategy.adapter: rejected by adapters: ValueError: Could not identify"),
-    (["strategy.adapter=lora"], "strategy.adapter: LoRAConfig is not a bottleneck adapter"),
-    (["strategy.adapter.non_linearity=bogus", "strategy.adapter.mh_adapter=false",
-      "strategy.adapter.output_adapter=true", "strategy.adapter.reduction_factor=8"],
-     "strategy.adapter: rejected by adapters for this model"),
-    (["sources.0.path=EMPTY"], "sources.0: knowledge source 'triples' yields no triples"),
+    pytest.param(["strategy.partitions=25"],
+                 "strategy.partitions: 25 parts but the knowledge graph has only 24 entities",
+                 marks=SLOW),
+    pytest.param(["strategy.mixture=sparse"], "strategy.mixture: Input should be 'softmax', 'gumbel' or 'moe'",
+                 marks=SLOW),
+    pytest.param(["strategy.mixture=moe", "strategy.top_k=4"],
+                 "strategy.top_k: 4 adapters per token but only 3 partitions",
+                 marks=SLOW),
+    pytest.param(["strategy.adapter=nonexistent"],
+                 "strategy.adapter: rejected by adapters: ValueError: Could not identify",
+                 marks=SLOW),
+    pytest.param(["strategy.adapter=lora"], "strategy.adapter: LoRAConfig is not a bottleneck adapter", marks=SLOW),
+    pytest.param(["strategy.adapter.non_linearity=bogus", "strategy.adapter.mh_adapter=false",
+                  "strategy.adapter.output_adapter=true", "strategy.adapter.reduction_factor=8"],
+                 "strategy.adapter: rejected by adapters for this model", marks=SLOW),
+    pytest.param(["sources.0.path=EMPTY"], "sources.0: knowledge source 'triples' yields no triples", marks=SLOW),
     (["strategy.adapters_used=[0,3]"], "strategy.adapters_used: part 3 but only 3 partitions (0..2)"),
     (["strategy.adapters_used=[1,1]"], "strategy.adapters_used: parts must be distinct"),
     (["strategy.adapters_used=[]"], "strategy.adapters_used: name at least one part"),
     (["strategy.mixture=moe", "strategy.top_k=3", "strategy.adapters_used=[0,2]"],
      "strategy.top_k: 3 adapters per token but only 2 adapters in strategy.adapters_used"),
-    (["strategy.entity_head=random"], "strategy.entity_head: Input should be 'names', 'linear' or 'frozen-random'"),
+    pytest.param(["strategy.entity_head=random"],
+                 "strategy.entity_head: Input should be 'names', 'linear' or 'frozen-random'",
+                 marks=SLOW),
 ])
 def test_bad_input_is_one_line_exit_2_before_any_stage(tmp_path, textcls_dir, kg_file, capsys, sets, message):
     empty = tmp_path / "empty.tsv"
@@ -105,6 +117,7 @@ def test_stage_plan_spreads_the_adapters_and_keys_the_knowledge_side_without_the
     assert {p.stage.name: p.key for p in plan(shuffled)}["mop-adapter-0"] != keys["mop-adapter-0"]
 
 
+@pytest.mark.slow
 def test_default_source_is_the_embedded_hpo_graph(tmp_path, textcls_dir):
     run = prepared(tmp_path, textcls_dir, None, kg_max_triples=2000)
     source = next(s for s in run.stages if s.name == "mop-partition").config.kg.source
@@ -126,6 +139,7 @@ def run_stages(run, names, dirs: dict | None = None):
 
 
 @pytest.mark.parametrize("cross_part", ["drop", "head"])
+@pytest.mark.slow
 def test_partition_finds_the_clusters_and_each_classifier_covers_its_part(tmp_path, textcls_dir, kg_file,
                                                                           cross_part):
     from safetensors.torch import load_file
@@ -166,6 +180,7 @@ def test_partition_finds_the_clusters_and_each_classifier_covers_its_part(tmp_pa
     assert len(bridged) == (1 if cross_part == "head" else 0)  # the bridge's foreign tail
 
 
+@pytest.mark.slow
 def test_shuffle_moves_entities_between_parts_and_keeps_sizes(tmp_path, textcls_dir, kg_file):
     from safetensors.torch import load_file
 
@@ -343,6 +358,7 @@ def test_a_subset_or_one_adapter_plans_only_those_adapters_under_the_full_runs_k
     assert everything == {name: p.key for name, p in full.items()}
 
 
+@pytest.mark.slow
 def test_the_frozen_random_entity_head_never_trains_only_the_adapter_does(tmp_path, textcls_dir, kg_file):
     import torch
     from safetensors.torch import load_file
@@ -365,6 +381,7 @@ def test_the_frozen_random_entity_head_never_trains_only_the_adapter_does(tmp_pa
 
 
 @pytest.mark.parametrize("adapter_steps", [0, 2])
+@pytest.mark.slow
 def test_fusion_only_training_keeps_the_saved_adapters_and_the_base_bit_for_bit(tmp_path, textcls_dir, kg_file,
                                                                                 tiny_model, adapter_steps):
     """MoP with fusion-only training over untrained (adapter_max_steps=0) or trained adapters: the fine-tuned model
@@ -391,6 +408,7 @@ def test_fusion_only_training_keeps_the_saved_adapters_and_the_base_bit_for_bit(
     assert trained == sum(model[key].numel() for key in [*fusion, "classifier.weight", "classifier.bias"])
 
 
+@pytest.mark.slow
 def test_a_damaged_saved_adapter_fails_the_fused_fine_tune(tmp_path, textcls_dir, kg_file):
     from safetensors.torch import load_file, save_file
 

@@ -67,6 +67,7 @@ def third_party(tmp_path, monkeypatch):
     registry("strategies").refresh()
 
 
+@pytest.mark.slow
 def test_a_third_party_strategy_reuses_packing_and_continued_mlm(third_party, tmp_path, textcls_dir, tiny_model):
     tree = ast.parse((third_party / "kg_mlm.py").read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

@@ -93,6 +93,7 @@ def domain_run(tmp_path_factory, tiny_model):
 STEPS = 20
 
 
+@pytest.mark.slow
 def test_general_corpus_is_python_documentation(general_texts):
     texts = general_texts
     assert len(texts) > 5000 and sum(map(len, texts)) > 1_000_000 and len(set(texts)) == len(texts)
@@ -111,6 +112,7 @@ def test_shuffled_texts_keep_each_texts_words():
     assert all(sorted(a.split()) == sorted(b.split()) and a != b for a, b in zip(texts, shuffled))
 
 
+@pytest.mark.slow
 def test_general_control_trains_the_same_steps_from_the_same_start(domain_run, general_texts):
     import hashlib
 
@@ -135,6 +137,7 @@ def test_general_control_trains_the_same_steps_from_the_same_start(domain_run, g
     assert held["perplexity"] != ref["perplexity"]
 
 
+@pytest.mark.slow
 def test_scratch_defaults_to_the_base_architecture(domain_run, tiny_model):
     """init=scratch with no scratch.* is the base model's architecture, so scratch and continual compare at one
     architecture and budget; with the base vocabulary the parameter counts are equal too."""

@@ -67,6 +67,7 @@ def _batch(tokenizer, n: int = 400, length: int = 64) -> list[dict]:
     return list(Packer(tokenizer, length).add(documents(n, seed=1))) + []
 
 
+@pytest.mark.slow
 def test_whole_word_masking_statistics(tokenizer):
     rows = _batch(tokenizer, 1500)
     collator = WholeWordMaskCollator(tokenizer, 0.15, 0.8, 0.1, generator=torch.Generator().manual_seed(0))
@@ -107,6 +108,7 @@ def test_whole_word_masking_statistics(tokenizer):
     assert abs(actions["keep"] / chosen - 0.1) < 0.02
 
 
+@pytest.mark.slow
 def test_token_masking_selects_and_replaces_tokens_independently(tokenizer):
     """unit=token: 15% of the (non-special) tokens, each on its own - a token's neighbour in the same word is
     selected at the base rate, not with it - and 80/10/10 per token; whole-word masking never splits a word."""

@@ -155,6 +155,7 @@ def test_continual_without_a_task_lowers_perplexity_and_loads(tmp_path, tiny_mod
     assert AutoTokenizer.from_pretrained(model_dir).get_vocab() == AutoTokenizer.from_pretrained(tiny_model).get_vocab()
 
 
+@pytest.mark.slow
 def test_scratch_with_in_domain_vocabulary_and_a_task(tmp_path, tiny_model, textcls_dir):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 

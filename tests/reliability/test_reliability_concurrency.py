@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from reliability_helpers import finish, spawn, stage_records
+from helpers import wait_until
+from reliability_helpers import finish, held, spawn, stage_records
 
 pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
@@ -40,15 +41,6 @@ def clean_cache(cache: Path) -> None:
     """No computation left behind, no temporary debris."""
     assert not list(cache.glob("stages/*/*.partial"))
     assert not [p for p in cache.rglob(".*") if ".tmp-" in p.name or ".old-" in p.name]
-
-
-def wait_for(predicate, seconds: float = 120) -> None:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out")
 
 
 @pytest.mark.parametrize("processes", [2, 4])
@@ -98,10 +90,13 @@ def test_two_mop_runs_started_together_share_partition_and_adapters(tmp_path, te
 
 def test_a_run_started_while_another_trains_waits_and_never_deletes_its_work(tmp_path, textcls_dir, tiny_model):
     cache = tmp_path / "cache"
-    first = spawn(finetune_args(textcls_dir, cache, tmp_path / "first"), slowed=True,
-                  env={"KINJECT_TEST_STEP_DELAY": "1.2"})  # 18 steps: still training when the second arrives
-    wait_for(lambda: list(cache.glob("stages/finetune/*.partial/work/checkpoint-*")))
-    second = spawn(finetune_args(textcls_dir, cache, tmp_path / "second"))  # not --resume: used to rmtree .partial
+    gate, log = tmp_path / "gate", tmp_path / "second.log"
+    first = spawn(finetune_args(textcls_dir, cache, tmp_path / "first"), gate=gate,  # held after checkpoint-4:
+                  env={"KINJECT_TEST_STEP_DELAY": "0"})  # still training when the second arrives
+    wait_until(lambda: held(gate), "the first run to hold after its first checkpoint", process=first)
+    second = spawn(finetune_args(textcls_dir, cache, tmp_path / "second"), log=log)  # not --resume: used to rmtree
+    wait_until(lambda: "waiting for process" in log.read_text(), "the second run to wait", process=second)
+    gate.touch()
     results = finish([first, second])
     check_all_succeeded(results)
     assert "waiting for process" in results[1][1]  # it said whom it waits for
@@ -114,12 +109,12 @@ def test_a_run_started_while_another_trains_waits_and_never_deletes_its_work(tmp
 def test_a_killed_holders_lock_is_taken_over(tmp_path, textcls_dir, tiny_model, mode):
     cache = tmp_path / "cache"
     env = {"KINJECT_LOCK": mode, "KINJECT_LOCK_LEASE": "3"}
-    holder = spawn(finetune_args(textcls_dir, cache, tmp_path / "dead"), slowed=True,
-                   env={**env, "KINJECT_TEST_STEP_DELAY": "1"})
-    wait_for(lambda: list(cache.glob("stages/finetune/*.partial/work/checkpoint-*")))
+    holder = spawn(finetune_args(textcls_dir, cache, tmp_path / "dead"), gate=tmp_path / "never",  # held: killed
+                   env={**env, "KINJECT_TEST_STEP_DELAY": "0"})
+    wait_until(lambda: held(tmp_path / "never"), "the holder to hold after its first checkpoint", process=holder)
     log = tmp_path / "waiter.log"
     waiter = spawn(finetune_args(textcls_dir, cache, tmp_path / "alive"), env=env, log=log)
-    wait_for(lambda: "waiting for process" in log.read_text(), 60)
+    wait_until(lambda: "waiting for process" in log.read_text(), "the waiter to wait", process=waiter)
     os.killpg(holder.pid, signal.SIGKILL)
     holder.wait()
     check_all_succeeded(finish([waiter]))

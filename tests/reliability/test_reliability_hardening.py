@@ -9,14 +9,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import one_line_error
+from benchmarks.common import two_line_splits
+
+from helpers import one_line_error, wait_until
 from helpers import run_kinject as kinject
-from reliability_helpers import Killed, finish, identical, killed_after_checkpoint, spawn, stage_dirs, stage_records
+from reliability_helpers import (Killed, checkpoint_written, finish, held, identical, killed_after_checkpoint, spawn,
+                                 stage_dirs, stage_records)
 
 pytestmark = pytest.mark.reliability
 
@@ -95,15 +97,6 @@ def test_push_refuses_an_incomplete_or_damaged_run(tmp_path, textcls_dir, tiny_m
 
 
 # -- 3. reading bounded by a cap, not by the file --------------------------------------------------------------- #
-def _dataset(folder: Path, train: str | None = None) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for split in ("dev", "test"):
-        (folder / f"{split}.jsonl").write_text('{"text": "a b", "label": "x"}\n{"text": "c d", "label": "y"}\n')
-    if train is not None:
-        (folder / "train.jsonl").write_text(train)
-    return folder
-
-
 def _run_child(args: list[str], timeout: float = 120) -> tuple[int, str, float]:
     """(exit code, stderr, peak RSS in MB) of kinject in a child process (its own peak: a grandchild's wait4)."""
     probe = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
@@ -115,9 +108,9 @@ def _run_child(args: list[str], timeout: float = 120) -> tuple[int, str, float]:
 
 
 def test_a_device_or_a_fifo_as_data_is_one_line_and_never_blocks(tmp_path, tiny_model):
-    zero = _dataset(tmp_path / "zero")
+    zero = two_line_splits(tmp_path / "zero")
     (zero / "train.jsonl").symlink_to("/dev/zero")
-    fifo = _dataset(tmp_path / "fifo")
+    fifo = two_line_splits(tmp_path / "fifo")
     os.mkfifo(fifo / "train.jsonl")
     for folder, kind in ((zero, "a device"), (fifo, "a FIFO")):
         code, err, _ = _run_child(["run", "finetune", "--task", "textcls", "--model", "tiny", "--set",
@@ -127,7 +120,7 @@ def test_a_device_or_a_fifo_as_data_is_one_line_and_never_blocks(tmp_path, tiny_
 
 
 def test_a_huge_line_stops_at_the_cap_with_memory_bounded_by_it(tmp_path, tiny_model):
-    big = _dataset(tmp_path / "big")
+    big = two_line_splits(tmp_path / "big")
     with open(big / "train.jsonl", "wb") as handle:  # 300 MB on one line
         handle.write(b'{"text": "')
         for _ in range(300):
@@ -149,23 +142,22 @@ def test_a_holder_stalled_past_its_lease_and_the_process_that_took_over_both_end
                                                                                          tiny_model):
     cache = tmp_path / "cache"
     env = {"KINJECT_LOCK": "lease", "KINJECT_LOCK_LEASE": "3"}
-    args = finetune_args(textcls_dir, "--cache-dir", str(cache))
+    args = finetune_args(textcls_dir, "--cache-dir", str(cache), "--set", "training.logging_steps=1")
     holder_log, waiter_log = tmp_path / "holder.log", tmp_path / "waiter.log"
-    holder = spawn([*args, "-o", str(tmp_path / "holder")], slowed=True, log=holder_log,
-                   env={**env, "KINJECT_TEST_STEP_DELAY": "0.4"})
-    deadline = time.time() + 120
-    while not list(cache.glob("stages/finetune/*.partial/work/checkpoint-*")):
-        assert time.time() < deadline
-        time.sleep(0.1)
+    holder_gate, waiter_gate = tmp_path / "holder-gate", tmp_path / "waiter-gate"  # each holds after checkpoint-4
+    holder = spawn([*args, "-o", str(tmp_path / "holder")], log=holder_log, gate=holder_gate,
+                   env={**env, "KINJECT_TEST_STEP_DELAY": "0"})
+    wait_until(lambda: held(holder_gate), "the holder's first checkpoint", process=holder)
     os.killpg(holder.pid, signal.SIGSTOP)  # Ctrl-Z, a suspended VM: the heartbeat stops too
-    waiter = spawn([*args, "-o", str(tmp_path / "waiter")], slowed=True, log=waiter_log,
-                   env={**env, "KINJECT_TEST_STEP_DELAY": "0.4"})
-    deadline = time.time() + 120
-    while "free after" not in waiter_log.read_text():  # the lease expired: the waiter took the stage over
-        assert time.time() < deadline
-        time.sleep(0.1)
-    time.sleep(2)
+    waiter = spawn([*args, "-o", str(tmp_path / "waiter")], log=waiter_log, gate=waiter_gate,
+                   env={**env, "KINJECT_TEST_STEP_DELAY": "0"})
+    wait_until(lambda: "free after" in waiter_log.read_text(), "the waiter to take the expired lease over",
+               process=waiter)
+    wait_until(lambda: held(waiter_gate), "the waiter to be computing the stage", process=waiter)
+    holder_gate.touch()
     os.killpg(holder.pid, signal.SIGCONT)  # the holder wakes up in the middle of the waiter's computation
+    wait_until(lambda: "lease expired" in holder_log.read_text(), "the holder to notice", process=holder)
+    waiter_gate.touch()
     results = finish([holder, waiter])
     for code, output in results:
         assert code == 0 and "Traceback" not in output, output[-3000:]
@@ -195,11 +187,7 @@ def test_an_interrupted_run_says_so_in_one_line(tmp_path, textcls_dir, tiny_mode
     process = spawn([*finetune_args(textcls_dir, "--set", "training.epochs=40"), "--cache-dir",
                      str(tmp_path / "cache"), "-o", str(tmp_path / "out")], slowed=True, log=log,
                     env={"KINJECT_TEST_STEP_DELAY": "0.3"})
-    deadline = time.time() + 120
-    while "stage finetune" not in log.read_text():
-        assert time.time() < deadline
-        time.sleep(0.1)
-    time.sleep(1)
+    wait_until(lambda: checkpoint_written(tmp_path / "cache"), "training to be under way", process=process)
     os.kill(process.pid, signum)
     (returncode, output), = finish([process])
     assert returncode == code and "Traceback" not in output, output[-3000:]
@@ -215,7 +203,13 @@ def test_an_interrupted_grid_says_so_in_one_line_and_reruns(tmp_path, textcls_di
             "training.max_steps=600", "--executor", "local", "--workers", "2", "-o", str(tmp_path / "g")]
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    time.sleep(15)
+    cache = Path(os.environ["KINJECT_CACHE_DIR"])  # the cells' (the session's, set by tiny_model's cache_dir fixture)
+
+    def training() -> bool:  # a cell says it runs and a stage is being computed
+        running = any('"running"' in p.read_text() for p in (tmp_path / "g").rglob("status/*/*/seed-*.json"))
+        return running and bool(list(cache.glob("stages/finetune/*.partial/work")))
+
+    wait_until(training, "a worker to be training its cell", process=process)
     os.killpg(process.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches the whole process group
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 130 and "Traceback" not in output and "KeyboardInterrupt" not in output, output

@@ -129,6 +129,7 @@ def test_training_overrides_reach_only_the_intermediate_stage(tmp_path, tiny_mod
     assert stages["stilt-finetune"].inputs == ("stilt-intermediate-1-textcls",)
 
 
+@pytest.mark.slow
 def test_target_starts_from_the_intermediate_encoder_with_a_fresh_head(stilt_runs, tiny_model):
     import torch
     from safetensors.torch import load_file
@@ -154,6 +155,7 @@ def test_target_starts_from_the_intermediate_encoder_with_a_fresh_head(stilt_run
     assert torch.equal(start["classifier.bias"], fresh["classifier.bias"])
 
 
+@pytest.mark.slow
 def test_second_target_reuses_the_cached_intermediate(stilt_runs):
     first = {r["name"]: r for r in stilt_runs["first"]["stages"]}
     second = {r["name"]: r for r in stilt_runs["second"]["stages"]}
@@ -170,6 +172,7 @@ def test_second_target_reuses_the_cached_intermediate(stilt_runs):
     assert set(metrics["test"]) >= {"accuracy", "f1_macro"}
 
 
+@pytest.mark.slow
 def test_matrix_writes_grid_and_resumes_only_missing_cells(stilt_runs, tmp_path, cache_dir, tiny_model):
     from typer.testing import CliRunner
 

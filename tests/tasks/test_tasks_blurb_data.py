@@ -51,6 +51,7 @@ register_dataset(DatasetInfo(name="toyprep", folder="toy", splits={"train": "pre
                              prepare=_prepare))
 
 
+@pytest.mark.slow
 def test_prepare_passes_options_and_writes_to_output(tmp_path, capsys):
     source, output = tmp_path / "src", tmp_path / "out"
     source.mkdir()
@@ -63,6 +64,7 @@ def test_prepare_passes_options_and_writes_to_output(tmp_path, capsys):
     assert "unknown option --nope" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_prepare_failure_leaves_previous_output_untouched(tmp_path):
     output = tmp_path / "out"
     assert kinject("data", "prepare", "toyprep", "--output", str(output), "--data-dir", str(tmp_path)) == 0
@@ -83,6 +85,7 @@ def test_prepare_into_read_only_dir_says_use_output(tmp_path, capsys):
     assert "--output" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_download_verifies_sha256_and_writes_nothing_on_mismatch(tmp_path, capsys):
     payload = tmp_path / "payload.tsv"
     payload.write_text("pair_id\tsent1\tsent2\tscore\np1\ta\tb\t1\n")
@@ -107,6 +110,7 @@ def _row(out: str, name: str) -> str:
     return next(line for line in out.splitlines() if line.startswith(f"│ {name} "))
 
 
+@pytest.mark.slow
 def test_list_shows_raw_releases_and_prepared_relation_sets(tmp_path, capsys, monkeypatch):
     from kinject.tasks.catalogue import dataset, prepared_cache
     from kinject.tasks import prepare_chemprot

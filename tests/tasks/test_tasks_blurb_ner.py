@@ -117,6 +117,7 @@ def test_missing_dataset_says_where_and_how(tmp_path, capsys, cache_dir):
     assert code == 2 and str(tmp_path / "bc2gm" / "train.tsv") in err and "kinject data download bc2gm" in err
 
 
+@pytest.mark.slow
 def test_tiny_end_to_end_on_a_fixture(tmp_path, tiny_model):
     write_conll(tmp_path / "data" / "ncbi_disease", SENTENCES)
     out = tmp_path / "run"

@@ -192,6 +192,7 @@ def test_blurb_score_is_macro_over_task_types_and_names_missing():
     assert "jnlpba" in summary["missing_datasets"] and "bc5chem" not in summary["missing_datasets"]
 
 
+@pytest.mark.slow
 def test_blurb_group_runs_available_members_and_skips_missing(tmp_path, tiny_model, capsys):
     from kinject.cli.main import main
 

@@ -100,6 +100,7 @@ def test_empty_and_non_utf8_files(tmp_path):
         read_queries(tmp_path / "bin.jsonl")
 
 
+@pytest.mark.slow
 def test_cli_bad_capr_file_exits_2_naming_file_line(tmp_path):
     bad = write_capr(tmp_path / "bad.jsonl", 2)
     bad.write_text(bad.read_text() + '{"qid": "z", "query": "q", "candidates": [{"text": "t", "relevant": 0}]}\n')
@@ -152,6 +153,7 @@ def test_medquad_candidates_hard_negatives_and_source_split(tmp_path):
         prepare_medquad.build(data, ("GHR",), ("GHR",))
 
 
+@pytest.mark.slow
 def test_hpo_default_and_zero_shot_settings(tmp_path, capr_dir):
     from kinject.plugins.knowledge.sources.hpo import iter_terms
 

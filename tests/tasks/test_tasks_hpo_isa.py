@@ -74,6 +74,7 @@ def test_the_task_reads_the_pairs_and_keeps_a_child_in_one_fold(tmp_path):
     assert len(train) + len(dev) == 40 and not {r["group"] for r in train} & {r["group"] for r in dev}
 
 
+@pytest.mark.slow
 def test_a_run_scores_the_pairs_and_writes_predictions(tmp_path, tiny_model):
     out = tmp_path / "run"
     assert kinject("run", "finetune", "--task", "hpo-isa", "--model", "tiny", "--set", "task.train_pairs=16",

@@ -162,6 +162,7 @@ def test_real_ddi_matches_blurb(data_dir):
 
 
 @pytest.mark.data
+@pytest.mark.slow
 def test_real_chemprot_and_pubmedqa_counts(data_dir):
     splits = prepare_chemprot.build(data_dir)
     for split, blurb in (("train", 18035), ("dev", 11268), ("test", 15745)):

@@ -1,32 +1,17 @@
-"""Third-party packages, pip-installed, add strategies and a hook plugin without touching the core: `echo` extends
-the built-in fine-tune stage; `kgtext` reads a triples source, adds stages of its own (one with an input) and
-reuses the knowledge library's MLM builders and the kernel's fine-tune builder."""
+"""Third-party packages, built into wheels and pip-installed, add strategies and a hook plugin without touching the
+core: `echo` extends the built-in fine-tune stage; `kgtext` reads a triples source, adds stages of its own (one with
+an input) and reuses the knowledge library's MLM builders and the kernel's fine-tune builder."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from helpers import PROBE_STAGES
-
-PLUGINS = Path(__file__).parent / "plugins"
-
-
-def installed(tmp_path: Path, *names: str) -> dict:
-    """An environment in which the example plugins ``names`` are pip-installed (into a folder on PYTHONPATH)."""
-    target = tmp_path / "site"
-    for name in names:  # built from a copy: parallel test workers never share a build folder
-        source = shutil.copytree(PLUGINS / name, tmp_path / "src" / name,
-                                 ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]),
-                COLUMNS="300", ECHO_TRACKER_FILE=str(tmp_path / "events.jsonl"))
+from third_party_wheels import installed
 
 
 @pytest.mark.slow

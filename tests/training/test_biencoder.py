@@ -221,6 +221,7 @@ def test_bi_encoder_needs_pairs_one_score_and_the_kernel(tmp_path, textcls_dir, 
         TextClassificationTask(path=textcls_dir, encoder="bi").validate(env)
 
 
+@pytest.mark.slow
 def test_hpo_similarity_set_is_graded_disjoint_and_deterministic():
     from kinject.tasks.similarity import hpo_similarity
 

@@ -1,4 +1,4 @@
-"""Defaults that learn on a new task (kinject.choose): a small train split chooses the task's alternatives by
+"""Defaults that learn on a new task (the training library's decisions): a small train split chooses the task's alternatives by
 cross-validation on it; a dev split too small to rank keeps the last weights; a classifier gets a head rate."""
 
 from __future__ import annotations
@@ -19,17 +19,19 @@ def test_a_small_pair_set_chooses_its_encoder_by_cross_validation_on_train(tmp_p
     capsys.readouterr()
     assert kinject(*args, "-o", str(out)) == 0
     printed = capsys.readouterr().out
-    assert "64 examples (< 1000): choosing task.encoder among 2 alternative(s) by 5-fold" in " ".join(printed.split())
+    assert "64 examples (< 1000): choosing task.encoder among 2 alternatives by 5-fold" in " ".join(printed.split())
+    assert " ".join(printed.split()).count("choice: fold") == 10  # one progress line per fold run
     info = json.loads((out / "run.json").read_text())
     chosen = info["chosen"]
     assert set(chosen["chosen"]) == {"task.encoder"} and len(chosen["scores"]) == 2
+    assert chosen["fold_runs"] == 10 and chosen["seconds"] > 0 and chosen["implementation"].startswith("decisions")
     best = max(chosen["scores"], key=lambda s: s["pearson"])["settings"]
     assert chosen["chosen"] == best and info["spec"]["task"]["encoder"] == best["task.encoder"]
-    assert info["defaults"]["training.selection"].startswith("last: the dev split has 16 units")
+    assert info["defaults"]["training.selection"].startswith("last: the dev split has 16 examples, fewer than 32 units")
     # cached: a second run chooses at once, the same way; an explicit setting is never overridden
     assert kinject(*args, "-o", str(tmp_path / "again")) == 0
     assert "cross-validation" in capsys.readouterr().out
-    assert json.loads((tmp_path / "again" / "run.json").read_text())["chosen"] == chosen
+    assert json.loads((tmp_path / "again" / "run.json").read_text())["chosen"] == {**chosen, "cached": True}
     assert kinject(*args, "--set", "task.encoder=cross", "-o", str(tmp_path / "mine")) == 0
     assert json.loads((tmp_path / "mine" / "run.json").read_text())["chosen"] is None
 
@@ -40,8 +42,12 @@ def test_rules_fill_what_nobody_set_and_say_why(tmp_path, textcls_dir, tiny_mode
     base = {"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
             "cache_dir": str(tmp_path / "cache")}
     run = prepare(build_spec(base))  # 16 dev examples, a classifier without a recommended head rate
-    assert run.spec.training.selection == "last" and "16 units" in run.defaults["training.selection"]
-    assert run.spec.training.head_learning_rate == pytest.approx(1e-2)
+    assert run.spec.training.selection == "last" and "16 examples" in run.defaults["training.selection"]
+    assert run.spec.training.head_learning_rate is None  # the head-rate rule is off until checked beyond its tasks
+    assert "training.head_learning_rate" not in run.defaults
+    ruled = prepare(build_spec({**base, "hooks": {"decisions": {"head_rate": True}}}))
+    assert ruled.spec.training.head_learning_rate == pytest.approx(1e-2)
+    assert "found on ChemProt, DDI and HoC" in ruled.defaults["training.head_learning_rate"]
     mine = prepare(build_spec({**base, "training": {"selection": "best", "head_learning_rate": 1e-3}}))
     assert mine.defaults == {} and mine.spec.training.selection == "best"
     assert mine.spec.training.head_learning_rate == 1e-3

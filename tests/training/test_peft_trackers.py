@@ -17,6 +17,7 @@ def args(data, out, *extra):
 
 
 @pytest.mark.parametrize("method", ["lora", "ia3"])
+@pytest.mark.slow
 def test_peft_trains_adapters_and_the_head_and_saves_a_plain_merged_model(tmp_path, textcls_dir, tiny_model, method):
     import torch
     from safetensors.torch import load_file
@@ -46,6 +47,7 @@ def test_peft_trains_adapters_and_the_head_and_saves_a_plain_merged_model(tmp_pa
     assert "classifier.weight" in saved
 
 
+@pytest.mark.slow
 def test_peft_reaches_a_method_s_final_fine_tune(tmp_path, textcls_dir, tiny_model):
     other = tmp_path / "inter"
     from conftest import write_textcls
@@ -60,6 +62,7 @@ def test_peft_reaches_a_method_s_final_fine_tune(tmp_path, textcls_dir, tiny_mod
         assert (stages[name] / "peft-adapter").is_dir(), name
 
 
+@pytest.mark.slow
 def test_tensorboard_gets_training_curves_and_kinject_s_metrics(tmp_path, textcls_dir, tiny_model):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -78,6 +78,7 @@ def test_patience_stops_training_and_last_keeps_the_final_weights(tmp_path, tiny
     assert "selection" not in stats and not seen  # no dev pass at all
 
 
+@pytest.mark.slow
 def test_a_run_records_its_selection_and_last_differs_in_key(tmp_path, textcls_dir, tiny_model):
     args = ["run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
             "--set", "training.epochs=2", "--set", "training.batch_size=8"]  # (16 dev examples: best only when asked)
@@ -150,6 +151,7 @@ def test_the_paper_protocol_fills_what_the_run_does_not_set(tmp_path, textcls_di
     assert "protocol: strategy 'finetune' has no 'tutorial' protocol (has: kinject, paper, quick)" in err
 
 
+@pytest.mark.slow
 def test_the_evaluation_reuses_the_selected_model_s_dev_logits_and_they_equal_a_fresh_prediction(
         tmp_path, textcls_dir, tiny_model):
     """Dev selection already scored the model it keeps; its evaluation reads those logits instead of scoring dev a

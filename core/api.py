@@ -23,6 +23,7 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.fingerprint": ("NOT_KEYED", "stable_hash"),
     "kinject.refs": ("HoldOutRef", "InputTransform", "ModelRef", "SourceRef", "TaskRef", "files_fingerprint",
                      "model_fingerprint"),
+    "kinject.splits": ("unit_key",),  # the evaluation unit an example belongs to (its group, else itself)
     "kinject.spec": ("ModelSpec", "PeftSpec", "PluginRef", "RunSpec", "TrainingOverrides", "TrainingSpec"),
     # building specs (tools such as the STILT matrix, a sweep or a grid), a plugin's config checked
     "kinject.spec_input": ("FILE_PATH", "apply_overrides", "build_spec", "default_cache_dir", "default_data_dir",

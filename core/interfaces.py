@@ -197,7 +197,9 @@ class Task(Component):
 
     def units(self, examples: list) -> tuple[int, str]:
         """How many units ``examples`` hold and what one is, e.g. ``(924, "sentence")``."""
-        keys = {str(ex.get("group", f"#{i}")) if isinstance(ex, dict) else f"#{i}" for i, ex in enumerate(examples)}
+        from kinject.splits import unit_key
+
+        keys = {unit_key(ex, i) for i, ex in enumerate(examples)}
         return len(keys), self.unit if any(isinstance(ex, dict) and "group" in ex for ex in examples) else \
             self.example_unit
 

@@ -40,6 +40,12 @@ def text_capped(examples: Callable) -> Callable:
     return capped
 
 
+def unit_key(example: Any, index: int) -> str:
+    """The evaluation unit an example belongs to: its ``group`` (a query's candidates, a document's sentences), else
+    itself (by its position). Limits, folds' unit counts and ``Task.units`` all count units by this key."""
+    return str(example.get("group", f"#{index}")) if isinstance(example, dict) else f"#{index}"
+
+
 def limited(examples: list[dict], limit: int) -> list[dict]:
     """The first ``limit`` evaluation units of a split (``--limit``): examples that share a ``group`` (a query's
     candidates) count as one. Applied to every task by the engine, so a task that does not slice its data itself
@@ -49,7 +55,7 @@ def limited(examples: list[dict], limit: int) -> list[dict]:
     seen: dict[str, None] = {}
     out = []
     for i, example in enumerate(examples):
-        unit = str(example.get("group", f"#{i}")) if isinstance(example, dict) else f"#{i}"
+        unit = unit_key(example, i)
         if unit not in seen:
             if len(seen) == limit:
                 break

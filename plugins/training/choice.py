@@ -26,6 +26,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+from kinject.api import unit_key
+
 log = logging.getLogger("kinject")
 
 SMALL_TRAIN = 1000  # below this many training examples a run chooses among the task's alternatives by CV
@@ -46,15 +48,10 @@ def fold_run_settings(index: int, folds: int) -> dict[str, Any]:
             "training.select_every": None, "training.patience": None, "hooks.knowledge-probe.enabled": False}
 
 
-def unit(example: Any, index: int) -> str:
-    """The unit an example belongs to (its ``group``, else itself): folds never split a unit."""
-    return str(example.get("group", f"#{index}")) if isinstance(example, dict) else f"#{index}"
-
-
 def fold_problem(examples: list, folds: int) -> str | None:
     """Why ``examples`` cannot be shared out into ``folds`` folds that each train on every label (None: they can):
     fewer units than folds, or a label with fewer examples than folds."""
-    units = len({unit(ex, i) for i, ex in enumerate(examples)})
+    units = len({unit_key(ex, i) for i, ex in enumerate(examples)})
     if units < folds:
         return f"{len(examples)} example(s) in {units} unit(s), fewer than {folds} folds"
     labels = [ex.get("label") if isinstance(ex, dict) else None for ex in examples]

@@ -66,8 +66,30 @@ def dose_text(dose: dict) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def table(rows: list[dict], baseline: str) -> str:
-    head = ("| arm | seeds | knowledge dose | KG held-out triplet acc | probe AUROC (base) | test accuracy | "
+def seed_sd(row: dict) -> float | None:
+    """The arm's standard deviation over seeds (of its test metric)."""
+    import statistics
+
+    values = list((row.get("per_seed") or {}).values())
+    return statistics.stdev(values) if len(values) > 1 else None
+
+
+def retraining_share(fixed: dict, reseeded: dict) -> dict | None:
+    """The retraining seed's share of the seed variance of the paired differences: one arm retrains once for all
+    seeds (``retrain_seed`` fixed), the other once per seed; the excess variance is the retraining seed's."""
+    import statistics
+
+    a = (fixed.get("seed_tests") or {}).get("differences") or []
+    b = (reseeded.get("seed_tests") or {}).get("differences") or []
+    if len(a) < 2 or len(b) < 2:
+        return None
+    fixed_var, reseeded_var = statistics.variance(a), statistics.variance(b)
+    return {"fixed_sd": fixed_var ** 0.5, "reseeded_sd": reseeded_var ** 0.5,
+            "share": max(reseeded_var - fixed_var, 0.0) / reseeded_var if reseeded_var else 0.0}
+
+
+def table(rows: list[dict], baseline: str, metric: str = "accuracy") -> str:
+    head = (f"| arm | seeds | knowledge dose | KG held-out triplet acc | probe AUROC (base) | test {metric} (sd over seeds) | "
             f"Δ vs {baseline} [95% interval] | interval over | wall s / seed |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
@@ -81,8 +103,10 @@ def table(rows: list[dict], baseline: str) -> str:
             over = r["interval"]
         walls = "/".join(str(w) for w in r["wall_seconds"][:1]) + ("" if len(r["wall_seconds"]) < 2 else
                                                                   f" (+{len(r['wall_seconds']) - 1} seeds)")
+        sd = seed_sd(r)
+        value = f"{r['value']:.3f}" + (f" ({sd:.3f})" if sd is not None else "")
         lines.append(f"| {r['arm']} | {len(r['seeds'])} | {dose_text(r['dose'])} | {kg} | {probe_text} | "
-                     f"{r['value']:.3f} | {delta} | {over} | {walls} |")
+                     f"{value} | {delta} | {over} | {walls} |")
     return "\n".join(lines)
 
 
@@ -143,9 +167,16 @@ def main() -> None:
     result = compare(*arms)
     rows = []
     for arm, row in zip(arms, result["metrics"][0]["rows"]):
-        rows.append({**describe_arm(arm), **{k: row.get(k) for k in ("value", "difference", "ci_low", "ci_high",
-                                                                      "verdict", "interval", "seed_tests")}})
-    print(table(rows, args.baseline))
+        rows.append({**describe_arm(arm), **{k: row.get(k) for k in ("value", "per_seed", "difference", "ci_low",
+                                                                      "ci_high", "verdict", "interval", "seed_tests")}})
+    print(table(rows, args.baseline, result["metrics"][0]["metric"]))
+    by_arm = {r["arm"]: r for r in rows}
+    for fixed, reseeded in ((f, f"{f.rsplit('-ep', 1)[0]}-reseed") for f in by_arm if "-ep" in f):
+        share = retraining_share(by_arm[fixed], by_arm[reseeded]) if reseeded in by_arm else None
+        if share and by_arm[reseeded]["dose"].get("epochs") == by_arm[fixed]["dose"].get("epochs"):
+            print(f"retraining seed at {fixed}'s dose: sd of the paired differences over seeds {share['fixed_sd']:.4f} "
+                  f"with the retraining fixed, {share['reseeded_sd']:.4f} with it following the seed; its share of "
+                  f"the variance {share['share']:.0%}")
     if args.figure:
         figure(rows, args.figure, args.baseline)
         print(f"figure: {args.figure}")

@@ -30,12 +30,11 @@ def main() -> None:
     from transformers import Trainer
 
     from kinject.interfaces import Head
-    from kinject.models import resolve_model
+    from kinject.api import resolve_model
     from kinject.plugins.doktra.features import model_outputs
     from kinject.plugins.doktra.trainers import DistillRecord, DistillSettings, calibrated_trainer, distill_trainer
     from kinject.spec import TrainingSpec
-    from kinject.plugins.training import build_task_model
-    from kinject.plugins.training import training_arguments
+    from kinject.plugins.training import build_task_model, training_arguments
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="minilm")
@@ -113,7 +112,7 @@ def main() -> None:
     features = [{k: v[i].tolist() for k, v in keys(batches[0], student_keys[:3]).items()} for i in range(args.batch)]
     from transformers import DataCollatorWithPadding
 
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     collate = DataCollatorWithPadding(load_tokenizer(path))
     start = time.perf_counter()

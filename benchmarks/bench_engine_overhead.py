@@ -59,8 +59,8 @@ def main() -> None:
               "(plan + key + verified lookup + hooks)")
 
         # whole finetune through the engine vs training directly
-        from kinject.models import load_tokenizer, resolve_model
-        from kinject.plugins.training import build_task_model
+        from kinject.api import resolve_model
+        from kinject.plugins.training import build_task_model, load_tokenizer
         from kinject.plugins.training import train
 
         ft = build_spec({"task": {"name": "textcls", "path": str(data)}, "model": {"name": "tiny"},

@@ -58,13 +58,12 @@ def run_plain(name: str, args, work: Path, pad_to_max: bool) -> dict:
     """What a user writes with transformers alone, on the same features."""
     from transformers import Trainer, TrainingArguments, set_seed
 
-    from kinject.models import minilm_path
-    from kinject.plugins.training import build_task_model
+    from kinject.plugins.training import build_task_model, minilm_path
     from kinject.plugins.training import PaddingCounter
     from kinject.plugins.training.batching import to_dataset
 
     task, env = task_and_env(name, args, work / "cache")
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     tok = load_tokenizer(str(minilm_path()))
     features = task.featurize(tok, task.examples("train", env), args.max_length, env)
@@ -109,8 +108,7 @@ def bench_eval(args, work: Path) -> dict:
     import numpy as np
     from transformers import Trainer, TrainingArguments
 
-    from kinject.models import load_tokenizer, minilm_path
-    from kinject.plugins.training import build_task_model
+    from kinject.plugins.training import build_task_model, load_tokenizer, minilm_path
     from kinject.plugins.training import predict
     from kinject.plugins.training.batching import to_dataset
 

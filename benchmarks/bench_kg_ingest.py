@@ -60,7 +60,8 @@ def child(args) -> None:
     from kinject.interfaces import Environment
     from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data, lengths_of, load_kg_data
     from kinject.plugins.training import length_grouped_batches, useful_token_fraction
-    from kinject.models import load_tokenizer, resolve_model
+    from kinject.api import resolve_model
+    from kinject.plugins.training import load_tokenizer
     from kinject.plugins.knowledge.sources.triples import TriplesSource
 
     env = Environment(data_dir=Path(args.cache), cache_dir=Path(args.cache))

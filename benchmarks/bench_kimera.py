@@ -31,7 +31,7 @@ def main() -> None:
     import torch
     from transformers import AutoModel, AutoModelForSequenceClassification
 
-    from kinject.models import resolve_model
+    from kinject.api import resolve_model
     from kinject.plugins.kimera.importance import per_example_loss, score_heads
     from kinject.plugins.kimera.masks import HeadUpdateScaler
 

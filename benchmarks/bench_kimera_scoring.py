@@ -26,7 +26,7 @@ def main() -> None:
     import torch
 
     from kinject.interfaces import Environment
-    from kinject.models import load_tokenizer, minilm_path
+    from kinject.plugins.training import load_tokenizer, minilm_path
     from kinject.plugins.kimera.importance import gated_logits, score_heads
     from kinject.plugins.kimera.scoring import build_scoring_set
     from kinject.plugins.kimera.search import RoundPredictions

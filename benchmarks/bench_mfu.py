@@ -103,7 +103,8 @@ class Context:
 def encoder_dir(name: str, work: Path) -> str:
     """A loadable encoder directory: tiny (kinject's), minilm (embedded), bert-base (BertConfig() defaults, random
     weights, seeded, built here with a plain vocabulary of the config's size: no download)."""
-    from kinject.models import minilm_path, resolve_model
+    from kinject.api import resolve_model
+    from kinject.plugins.training import minilm_path
 
     if name == "tiny":
         return resolve_model("tiny", work)
@@ -340,8 +341,7 @@ def finetune_setups(ctx: Context, compile: bool, variants: list[str]) -> dict[st
     from transformers import DataCollatorWithPadding
 
     from kinject.interfaces import Head
-    from kinject.plugins.training import build_task_model
-    from kinject.plugins.training import train
+    from kinject.plugins.training import build_task_model, train
 
     head = Head("sequence", 2, labels=("no", "yes"))
     rows = feature_rows(ctx, lambda b, ids: ids[1] % 2)
@@ -397,7 +397,7 @@ def kimera_setups(ctx: Context) -> dict[str, dict]:
     import torch
     from datasets import Dataset
 
-    from kinject.models import load_encoder
+    from kinject.plugins.training import load_encoder
     from kinject.plugins.kimera.masks import HeadUpdateScaler
     from kinject.plugins.kimera.multitask import KG_TASKS, TASK_ID, KGMultiTaskModel
     from kinject.plugins.kimera.retrain import TaskCollator, retrain
@@ -450,7 +450,7 @@ def kimera_setups(ctx: Context) -> dict[str, dict]:
 def mop_setups(ctx: Context) -> dict[str, dict]:
     from adapters import SeqBnConfig
 
-    from kinject.models import load_encoder
+    from kinject.plugins.training import load_encoder
     from kinject.plugins.knowledge.kg.batching import KGCollator
     from kinject.plugins.mop.entity_prediction import EntityPredictor
     from kinject.plugins.mop.part_adapters import adapter_encoder
@@ -487,8 +487,7 @@ def doktra_setups(ctx: Context) -> dict[str, dict]:
     from kinject.plugins.doktra.features import PairedCollator, cls_and_logits
     from kinject.plugins.doktra.losses import abd_loss
     from kinject.plugins.doktra.trainers import DistillRecord, DistillSettings, distill_trainer
-    from kinject.plugins.training import build_task_model
-    from kinject.plugins.training import train
+    from kinject.plugins.training import build_task_model, train
 
     head = Head("sequence", 6, labels=tuple("abcdef"))
     probe = build_task_model(ctx.path, head, seed=0)
@@ -671,8 +670,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import transformers
 
-    from kinject.models import load_tokenizer
-    from kinject.models import native_bf16
+    from kinject.plugins.training import load_tokenizer
+    from kinject.machine import native_bf16
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no GPU")

@@ -33,7 +33,8 @@ def hpo_rows(model: str, max_triples: int | None):
     """The embedded HPO graph's tail rows for ``model``'s tokenizer (cached Arrow)."""
     from kinject.interfaces import Environment
     from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
-    from kinject.models import load_tokenizer, resolve_model
+    from kinject.api import resolve_model
+    from kinject.plugins.training import load_tokenizer
     from kinject.plugins.knowledge.sources.hpo import default_source
 
     tokenizer = load_tokenizer(resolve_model(model, CACHE))
@@ -47,7 +48,8 @@ def step(args) -> dict:
     from adapters import SeqBnConfig
 
     from kinject.plugins.knowledge.kg.batching import KGCollator
-    from kinject.models import load_encoder, resolve_model
+    from kinject.api import resolve_model
+    from kinject.plugins.training import load_encoder
     from kinject.plugins.mop.entity_prediction import EntityPredictor
     from kinject.plugins.mop.part_adapters import adapter_encoder
 
@@ -92,7 +94,8 @@ def fusion(args) -> dict:
     from adapters import SeqBnConfig
 
     from kinject.interfaces import Head
-    from kinject.models import load_encoder, resolve_model
+    from kinject.api import resolve_model
+    from kinject.plugins.training import load_encoder
     from kinject.plugins.mop.fusion import attach_partition_adapters
     from kinject.plugins.training import build_task_model
 

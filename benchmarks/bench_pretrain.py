@@ -62,7 +62,7 @@ def run_kinject(texts: list[str], args, work: Path, sparse: bool = True) -> dict
     from datasets import Dataset
     from transformers import AutoModelForMaskedLM
 
-    from kinject.models import load_tokenizer, minilm_path
+    from kinject.plugins.training import load_tokenizer, minilm_path
     from kinject.plugins.knowledge.masked_lm import train_mlm
     from kinject.plugins.knowledge.masking import WholeWordMaskCollator
     from kinject.plugins.knowledge.packing import pack_to_arrow
@@ -85,8 +85,7 @@ def run_plain(texts: list[str], args, work: Path) -> dict:
     from transformers import (AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer,
                               TrainingArguments, set_seed)
 
-    from kinject.models import minilm_path
-    from kinject.plugins.training import PaddingCounter
+    from kinject.plugins.training import PaddingCounter, minilm_path
 
     tok = AutoTokenizer.from_pretrained(str(minilm_path()))
     start = time.perf_counter()

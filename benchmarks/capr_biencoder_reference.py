@@ -82,7 +82,8 @@ def main() -> None:
     from transformers import AutoModel
 
     from kinject.interfaces import Environment
-    from kinject.models import load_tokenizer, resolve_model
+    from kinject.api import resolve_model
+    from kinject.plugins.training import load_tokenizer
     from kinject.registry import registry
 
     options = {}

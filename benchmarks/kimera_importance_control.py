@@ -33,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from kinject.preparation import prepare
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
     from kinject.plugins.kimera.importance import normalize_importance, score_heads
     from kinject.plugins.kimera.masks import load_mask
     from kinject.plugins.kimera.scoring import scoring_set

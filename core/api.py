@@ -34,8 +34,7 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.errors": ("DataError", "DataMissingError", "Interrupted", "KinjectError", "PluginLoadError", "SpecError",
                        "UnknownNameError"),
     # models
-    "kinject.models": ("keep_layers", "load_encoder", "load_tokenizer", "masked_mean", "offline", "resolve_model",
-                       "usable_positions"),
+    "kinject.models": ("masked_mean", "offline", "resolve_model"),  # the catalogue and loaders: the training library
     # data files and the disk
     "kinject.io": ("bounded_lines", "count_lines", "file_digest", "first_line", "iter_lines", "open_text",
                    "package_folder", "plain", "progress", "read_csv_columns", "read_jsonl", "read_tsv", "text_field"),

@@ -74,6 +74,14 @@ MOVED: dict[str, Moved] = {
     **_moved_names("kinject.plugins.pretrain.stages", "kinject.plugins.knowledge", "MaskingConfig"),
     **_moved_names("kinject.plugins.pretrain.stages", "kinject.plugins.knowledge.packing",
                    "PackConfig pack_body stage_tokenizer"),
+    # 0.1.0: the model catalogue and loaders left the kernel for the training library (kinject.models keeps the
+    # hooks' kernel side: resolve_model, offline, masked_mean)
+    **_moved_names("kinject.api", "kinject.plugins.training",
+                   "keep_layers load_encoder load_tokenizer usable_positions"),
+    **_moved_names("kinject.models", "kinject.plugins.training",
+                   "keep_layers load_encoder load_tokenizer minilm_path model_config usable_positions"),
+    **_moved_names("kinject.models", "kinject.plugins.training.models", "TINY_VERSION build_tiny check_model_settings"),
+    **_moved_names("kinject.models", "kinject.machine", "native_bf16"),
 }
 
 

@@ -326,7 +326,7 @@ class StageConfig(BaseModel):
 
     def cost(self, run: "RunContext") -> float | None:
         """The stage's FLOPs (sized by the prepared ``run``'s model and data; :mod:`kinject.plugins.training.cost`),
-        for ``--dry-run``'s estimate (:mod:`kinject.estimate`); None: not stated (a stage's fixed overhead)."""
+        for ``--dry-run``'s estimate (the ``kinject_estimator`` hook); None: not stated (a stage's fixed overhead)."""
 
 
 @dataclass

@@ -72,14 +72,16 @@ def make_environment(spec: RunSpec) -> Environment:
 
 
 def _resolve_model(spec: RunSpec, env: Environment) -> str:
-    """The model's loadable path, its config read and the model settings checked against it (before any stage)."""
-    from kinject.models import check_model_settings, model_config, resolve_model
+    """The model's loadable path, and the model settings checked against it by the ``kinject_check_model`` hook (the
+    training library reads its config), before any stage."""
+    from kinject.hooks import plugin_manager
+    from kinject.models import resolve_model
 
     path = resolve_model(spec.model.name, env.cache_dir)
     if spec.model.revision and Path(path).exists():
         raise SpecError(f"model.revision: {spec.model.revision!r} pins a hub revision, but model "
                         f"{spec.model.name!r} is a local model ({path})")
-    check_model_settings(spec.model, model_config(spec.model.name, path, spec.model.revision))
+    plugin_manager().hook.kinject_check_model(model=spec.model, path=path)
     return path
 
 

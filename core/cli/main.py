@@ -109,17 +109,24 @@ def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, dat
     return build_spec(apply_overrides(data, sets or []))
 
 
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else \
+        f"{seconds / 3600:.1f} h"
+
+
 def _dry_run(run_ctx) -> None:
     import yaml
 
     from kinject import outputs, keys, preparation
-    from kinject.estimate import Estimator, duration
+    from kinject.hooks import plugin_manager
+    from kinject.stage_runner import stage_flops
 
     resolved = preparation.resolved_spec(run_ctx.spec, run_ctx.task, run_ctx.strategy, run_ctx.sources)
     console.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False, highlight=False)
     console.print(f"data: {outputs.describe_data(run_ctx)}", markup=False)
     runs = [(name, member) for name, member, _ in run_ctx.members if member is not None] or [("", run_ctx)]
-    estimator = Estimator(run_ctx.env.cache_dir, bool(run_ctx.spec.training.bf16))
+    estimator = plugin_manager().hook.kinject_estimator(cache_dir=run_ctx.env.cache_dir,
+                                                        bf16=bool(run_ctx.spec.training.bf16))
     total = 0.0
     for prefix, run in runs:
         for line in outputs.describe_training(run):
@@ -127,23 +134,24 @@ def _dry_run(run_ctx) -> None:
         for planned in keys.plan(run):
             label = f"{prefix}/{planned.stage.name}" if prefix else planned.stage.name
             estimate = ""
-            if not planned.cached:
-                guess = estimator(planned.stage, run)
+            if not planned.cached and estimator is not None:
+                guess = estimator(planned.stage.name, stage_flops(planned.stage.config, run))
                 total += guess.seconds
                 estimate = f" (~{duration(guess.seconds)}: {guess.how})"
             state = "[green]cache hit[/]" if planned.cached else \
                 f"miss{escape(estimate)}: {escape(keys.explain_miss(planned, run.env.cache_dir))}"
             console.print(f"stage {escape(label):<24} {planned.key[:12]}  {state}", soft_wrap=True)
     planned = run_ctx.chosen or {}
-    if planned.get("planned"):  # the choice's fold runs come first: each a plain fine-tune like the one it plans
+    if planned.get("planned") and estimator is not None:  # the choice's fold runs come first: plain fine-tunes
         from kinject.spec_input import build_spec
 
         fold = preparation.prepare(build_spec(planned["fold_spec"]))
-        each = sum(estimator(stage, fold).seconds for stage in fold.stages)
+        each = sum(estimator(stage.name, stage_flops(stage.config, fold)).seconds for stage in fold.stages)
         total += each * planned["fold_runs"]
         console.print(f"choice: {planned['fold_runs']} fold runs of the choice first (~{duration(each)} each)",
                       markup=False, highlight=False, soft_wrap=True)
-    console.print(f"estimated time: ~{duration(total)} for the stages to compute; {estimator.accuracy()}",
+    console.print(f"estimated time: ~{duration(total)} for the stages to compute; {estimator.accuracy()}"
+                  if estimator is not None else "estimated time: no estimate (no kinject_estimator hook plugin)",
                   markup=False, highlight=False, soft_wrap=True)
 
 
@@ -223,8 +231,7 @@ def _splits(run) -> list[str] | None:
 
 def _bf16_line() -> str:
     """Whether training.bf16 (autocast) is on by default here, and the CPU instruction sets behind that."""
-    from kinject.machine import BF16_FLAGS, cpu_info
-    from kinject.models import native_bf16
+    from kinject.machine import BF16_FLAGS, cpu_info, native_bf16
 
     try:
         native = native_bf16()

@@ -53,6 +53,32 @@ class HookSpecs:
         run) against the facts it holds out, before the strategy validates: refuse with a KinjectError, or record
         what each saw in ``run.inputs`` (run.json ``knowledge.inputs``)."""
 
+    # -- the model library (the training library's ``models`` plugin; kinject.models is the kernel's side) -- #
+    @hookspec(firstresult=True)
+    def kinject_resolve_model(self, name: str, cache_dir: Path) -> str | None:
+        """A model name -> what ``from_pretrained`` accepts (a local folder or a hub id), or None for a name this
+        plugin does not know (the kernel then takes it as a local folder or a hub id)."""
+
+    @hookspec(firstresult=True)
+    def kinject_model_fingerprint(self, name: str, path: str, revision: str | None) -> str | None:
+        """What identifies the weights of a model this plugin names (``ModelRef.fingerprint``, in every key), or
+        None: the kernel's own (a local folder's files, a hub id at its revision)."""
+
+    @hookspec
+    def kinject_check_model(self, model: Any, path: str) -> None:
+        """Check a run's model settings (``spec.model``) against the model at ``path`` before any stage: raise a
+        SpecError naming the field."""
+
+    @hookspec(firstresult=True)
+    def kinject_load_model(self, model: Any, part: str) -> Any:
+        """Load the ``part`` ("encoder" or "tokenizer") of the model a ``ModelRef`` names."""
+
+    @hookspec(firstresult=True)
+    def kinject_estimator(self, cache_dir: Path, bf16: bool) -> Any:
+        """``--dry-run``'s time estimator for this machine and cache: ``estimator(stage_name, flops)`` (the FLOPs
+        the stage states, or None) -> an object with ``seconds`` and ``how`` (a phrase); ``estimator.accuracy()`` ->
+        a sentence on how far earlier estimates were off. None: no estimate."""
+
     @hookspec
     def kinject_metrics_logged(self, stage: str, metrics: dict[str, float], step: int | None) -> None:
         """Training or evaluation metrics were logged."""

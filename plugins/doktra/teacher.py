@@ -110,8 +110,7 @@ def teacher_outputs_body(cfg: TeacherOutputsConfig, ctx: StageContext) -> None:
 
     from safetensors.numpy import save_file
 
-    from kinject.api import load_tokenizer
-    from kinject.plugins.training import load_task_model
+    from kinject.plugins.training import load_task_model, load_tokenizer
 
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     directory = ctx.inputs[cfg.teacher_stage] / "model"

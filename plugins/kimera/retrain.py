@@ -85,7 +85,7 @@ def initial_encoder(cfg: RetrainConfig) -> nn.Module:
         return cfg.model.load_encoder()
     from transformers import AutoConfig, AutoModel
 
-    from kinject.api import keep_layers
+    from kinject.plugins.training import keep_layers
 
     torch.manual_seed(cfg.seed)
     config = AutoConfig.from_pretrained(cfg.model.path, revision=cfg.model.revision)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kinject.api import KinjectError, StageContext, load_tokenizer, plain
-from kinject.plugins.training import load_task_model
+from kinject.api import KinjectError, StageContext, plain
+from kinject.plugins.training import load_task_model, load_tokenizer
 
 from .importance import search_mask
 from .masks import save_masks

@@ -100,7 +100,8 @@ def build(source: str = typer.Argument(..., help=SOURCE_HELP),
           cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Cache folder")):
     """Build (or find in the cache) the tokenized KG training sets of a source."""
     from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
-    from kinject.api import load_tokenizer, resolve_model
+    from kinject.api import resolve_model
+    from kinject.plugins.training import load_tokenizer
     from pydantic import ValidationError
     from kinject.api import SpecError
 

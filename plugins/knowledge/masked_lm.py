@@ -18,13 +18,6 @@ SHAPE_ATTRIBUTES = {"layers": "num_hidden_layers", "hidden": "hidden_size", "hea
                     "intermediate": "intermediate_size", "positions": "max_position_embeddings"}
 
 
-def usable_positions(config) -> int:
-    """The longest sequence a model's position embeddings hold (RoBERTa-style models reserve padding_idx + 1)."""
-    from kinject.api import usable_positions as positions
-
-    return positions(config)
-
-
 def load_mlm(path: str, revision: str | None = None, attn: str = "sdpa"):
     """``AutoModelForMaskedLM`` at ``path`` and the names of the head weights the checkpoint lacked."""
     from transformers import AutoModelForMaskedLM
@@ -51,6 +44,8 @@ def missing_mlm_head(model) -> list[str]:
 def model_positions(model) -> int:
     """The longest sequence a model (a ``ModelRef``) takes, from its config."""
     from transformers import AutoConfig
+
+    from kinject.plugins.training import usable_positions
 
     return usable_positions(AutoConfig.from_pretrained(model.path, revision=model.revision))
 

@@ -160,7 +160,7 @@ def start_model(cfg: MlmConfig, tokenizer, ctx: StageContext):
     import torch
     from transformers import AutoModelForMaskedLM
 
-    from kinject.api import keep_layers, load_tokenizer
+    from kinject.plugins.training import keep_layers, load_tokenizer
 
     from .masked_lm import freeze_encoder, load_mlm, pooler_state, scratch_config, transfer_embeddings
 

@@ -196,7 +196,7 @@ class PackConfig(StageConfig):
 
 def stage_tokenizer(model: ModelRef | None, vocab_stage: str | None, ctx: StageContext):
     """The tokenizer of stage ``vocab_stage`` (its ``tokenizer/`` folder), else ``model``'s."""
-    from kinject.api import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     return load_tokenizer(str(ctx.inputs[vocab_stage] / "tokenizer")) if vocab_stage else model.load_tokenizer()
 

@@ -278,7 +278,7 @@ def base_probe_body(cfg: BaseProbeConfig, ctx: StageContext) -> None:
 def probe_body(cfg: ProbeConfig, ctx: StageContext) -> None:
     """Probe the model of the evaluate stage's ``model_stage`` (loaded by ``cfg.evaluate.load_model``) and write
     ``probe.json`` (``{model, base, chance, gain, gain_ci, facts}``) and ``probe-predictions.jsonl``."""
-    from kinject.api import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     model_dir = Path(ctx.inputs[cfg.evaluate.model_stage]) / "model"
     task = cfg.evaluate.task.build()

@@ -35,7 +35,8 @@ def _read_terms(path: Path) -> list[tuple[str, str]]:
 
 def _load(name: str):
     """A tokenizer by model name (minilm, tiny, hub id), model directory or tokenizer folder."""
-    from kinject.api import default_cache_dir, load_tokenizer, resolve_model
+    from kinject.api import default_cache_dir, resolve_model
+    from kinject.plugins.training import load_tokenizer
 
     path = Path(name).expanduser()
     return load_tokenizer(str(path) if path.is_dir() else resolve_model(name, default_cache_dir()))

@@ -127,7 +127,7 @@ def score_windows(model, windows: list[tuple[list[int], list[int], list[int]]], 
 
 
 def perplexity_body(cfg: PerplexityConfig, ctx: StageContext) -> None:
-    from kinject.api import keep_layers, load_tokenizer
+    from kinject.plugins.training import keep_layers, load_tokenizer
     from kinject.plugins.knowledge import load_mlm
     from kinject.plugins.knowledge import read_texts
 

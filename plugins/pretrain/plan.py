@@ -139,7 +139,7 @@ def base_config(run):
 
 def positions(cfg: PretrainConfig, run) -> int:
     """The longest sequence the pretrained model will take (scratch.positions, else the base model's)."""
-    from kinject.api import usable_positions
+    from kinject.plugins.training import usable_positions
 
     shape = cfg.scratch
     return shape.positions if cfg.init == "scratch" and shape.positions else usable_positions(base_config(run))

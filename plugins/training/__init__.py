@@ -1,9 +1,11 @@
 """kinject's training library: the fine-tune and evaluate stages every strategy reuses (:mod:`.stages`), the task
 models they build and load (:mod:`.task_models`), training through the HF Trainer (:mod:`.loop`,
 batched by length: :mod:`.batching`), prediction (:mod:`.prediction`),
-dev-based model selection (:mod:`.selection`), peft adapters (:mod:`.peft_tuning`), `kinject eval`, and the
-automatic decisions a run takes for its user (:mod:`.decisions`: the hook plugin ``decisions``; the cross-validated
-choice on a small train split, :mod:`.choice`, and the default training rules).
+dev-based model selection (:mod:`.selection`), peft adapters (:mod:`.peft_tuning`), `kinject eval`, the automatic
+decisions a run takes for its user (:mod:`.decisions`: the hook plugin ``decisions``; the cross-validated choice on
+a small train split, :mod:`.choice`, and the default training rules), the model catalogue and loaders
+(:mod:`.models`: the hook plugin ``models``) and ``--dry-run``'s time estimate (:mod:`.estimate`: the hook plugin
+``estimate``, from the FLOPs of :mod:`.cost`).
 
 Strategies import the builders from here::
 
@@ -22,6 +24,7 @@ _EXPORTS = {  # name -> the module defining it; imported on first use, so `kinje
     ".cost": ("model_shape", "scored_flops", "trained_flops"),
     ".batching": ("PaddingCounter", "consumed_rows", "length_grouped_batches", "row_lengths", "token_budget_batches",
                   "useful_token_fraction", "with_length_buckets"),
+    ".models": ("keep_layers", "load_encoder", "load_tokenizer", "minilm_path", "model_config", "usable_positions"),
     ".loop": ("EpochCallback", "HookCallback", "last_checkpoint", "quiet_progress", "train", "training_arguments"),
     ".prediction": ("dev_scorer", "float32_head", "predict"),
     ".stages": ("EvaluateConfig", "FinetuneConfig", "evaluate_body", "evaluate_config_class", "evaluate_model",

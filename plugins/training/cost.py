@@ -1,4 +1,4 @@
-"""How much arithmetic a stage does, for ``--dry-run``'s time estimate before it ever ran here (:mod:`kinject.estimate`
+"""How much arithmetic a stage does, for ``--dry-run``'s time estimate before it ever ran here (:mod:`.estimate`
 turns FLOPs into seconds with this machine's measured training speed).
 
 The model: an encoder layer's matmuls cost 2 x its weights per token forward (attention projections 4 H^2, the
@@ -47,7 +47,7 @@ def model_shape(run) -> Shape:
 
 @functools.lru_cache(maxsize=4)
 def _tokenizer(path: str):
-    from kinject.api import load_tokenizer
+    from .models import load_tokenizer
 
     return load_tokenizer(path)
 

@@ -68,7 +68,7 @@ class FinetuneConfig(StageConfig):
 def finetune_body(cfg: FinetuneConfig, ctx: StageContext) -> None:
     """Build the task model (the base encoder or the model of ``init_from``, a fresh head), apply the config's
     extension points, train on the task's train split, save ``model/`` and ``train.json``."""
-    from kinject.api import load_tokenizer
+    from .models import load_tokenizer
 
     from .loop import train
 
@@ -167,7 +167,8 @@ def evaluate_model(model_dir: Path, task: Task, env: Environment, batch_size: in
     """Score a saved task model on a task's evaluation splits: (metrics, per-example predictions) per split.
     ``load(model_dir, head)`` loads the model (default :func:`load_task_model`); ``scored``: the logits of splits
     already computed with this model (not predicted again)."""
-    from kinject.api import KinjectError, load_tokenizer
+    from kinject.api import KinjectError
+    from .models import load_tokenizer
 
     from .prediction import keep_scores, predict
 

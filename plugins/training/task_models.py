@@ -55,7 +55,7 @@ def build_task_model(encoder_path: str | Path, head: Head, attn_implementation: 
     import torch
     from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-    from kinject.api import load_encoder
+    from .models import load_encoder
 
     encoder = load_encoder(str(encoder_path), revision=revision, attn_implementation=attn_implementation,
                            layers=layers)

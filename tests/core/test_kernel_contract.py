@@ -24,11 +24,12 @@ def test_training_keys_cover_the_code_that_computes_and_no_tool(every_stage):
     closure = set(every_stage["finetune/finetune"].record["code"])
     kernel = {m for m in closure if not m.startswith("kinject.tasks")}
     # the shared fine-tune body and what it computes with (the training library: the stage, task models, the
-    # Trainer loop, dev selection, peft; the kernel's models and data readers) ...
+    # Trainer loop, dev selection, peft, model loading; the kernel's pooling and data readers) ...
     assert kernel == {"kinject.plugins.training.stages", "kinject.plugins.training.task_models",
                       "kinject.plugins.training.loop", "kinject.plugins.training.batching",
                       "kinject.plugins.training.prediction", "kinject.plugins.training.selection",
-                      "kinject.plugins.training.peft_tuning", "kinject.models", "kinject.io"}
+                      "kinject.plugins.training.peft_tuning", "kinject.plugins.training.models", "kinject.models",
+                      "kinject.io"}
     # ... and the task's own modules with its evaluators', nothing else
     assert closure - kernel == {"kinject.tasks.textcls", "kinject.tasks.sequence", "kinject.tasks.biencoder",
                                 "kinject.tasks.evaluators", "kinject.tasks.evaluators.classification"}

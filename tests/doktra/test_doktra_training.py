@@ -19,8 +19,7 @@ SINGLE = "single_label_classification"
 def setup(tmp_path_factory, tiny_model):
     """textcls task, its train features for the tiny student, and a word-level teacher (hidden 48)."""
     from conftest import write_textcls
-    from kinject.models import load_tokenizer
-    from kinject.plugins.training import build_task_model
+    from kinject.plugins.training import build_task_model, load_tokenizer
     from kinject.tasks.textcls import TextClassificationTask
 
     root = tmp_path_factory.mktemp("doktra-training")
@@ -75,8 +74,7 @@ def distil(setup, work, gamma, objective="abd", live=False, projection_kind="ran
     """Train a fresh tiny student with the distillation trainer; returns (model, record)."""
     from kinject.plugins.doktra.features import PairedCollator, make_projection, model_outputs, pair_features
     from kinject.plugins.doktra.trainers import DistillRecord, DistillSettings, distill_trainer
-    from kinject.plugins.training import build_task_model
-    from kinject.plugins.training import train
+    from kinject.plugins.training import build_task_model, train
 
     model = build_task_model(setup["tiny"], setup["head"], seed=0)
     if live:

@@ -111,7 +111,7 @@ def test_scores_follow_the_head_label_order(env):
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     return load_tokenizer(tiny_model)
 

@@ -25,7 +25,7 @@ KG = {"kg_max_length": 32, "kg_max_triples": 20000}
 @pytest.fixture
 def graph(tmp_path, tiny_model):
     """A triples source with repeats (the first two rows twice), its environment and the tiny tokenizer."""
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     (tmp_path / "kg.tsv").write_text("".join("\t".join(r) + "\n" for r in KG_ROWS + KG_ROWS[:2]))
     env = Environment(data_dir=tmp_path, cache_dir=tmp_path / "cache")

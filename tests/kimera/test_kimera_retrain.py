@@ -20,7 +20,7 @@ RELATIONS = ["causes", "associated", "effect"]
 @pytest.fixture(scope="module")
 def kg(tmp_path_factory, tiny_model):
     from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
     from kinject.plugins.knowledge.sources.triples import TriplesSource
 
     folder = tmp_path_factory.mktemp("kg")

@@ -33,7 +33,7 @@ def test_scoring_batches_are_length_sorted_and_order_maps_rows_to_features(textc
     """Importance batches (the first 6 examples) then metric-only batches (the other 10), each part sorted by
     length; ``order`` names the feature behind every batch row."""
     from kinject.interfaces import Environment
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
     from kinject.plugins.kimera.scoring import build_scoring_set
     from kinject.tasks.textcls import TextClassificationTask
 
@@ -59,7 +59,7 @@ def _mask_stage_run(tmp_path, textcls_dir, tiny_model, monkeypatch):
     each; the search's metric drops by 1 after round 0, so round 1 already fails (no redundant head)."""
     from kinject.preparation import prepare
     from kinject.interfaces import Head, StageContext
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
     from kinject.plugins.kimera import search
     from kinject.spec_input import build_spec
     from kinject.plugins.training import build_task_model, save_model

@@ -15,7 +15,7 @@ K = 4
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     return load_tokenizer(tiny_model)
 
@@ -264,7 +264,7 @@ def test_fusion_only_training_freezes_base_and_adapters(tiny_model, adapter_dirs
 @pytest.mark.parametrize("entity_head", ["linear", "names", "frozen-random"])
 def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenizer, tmp_path, entity_head):
     from kinject.plugins.knowledge.kg.batching import KGCollator
-    from kinject.models import load_encoder
+    from kinject.plugins.training import load_encoder
     from kinject.plugins.mop.entity_prediction import EntityPredictor, frozen_random_head, name_embeddings
     from kinject.plugins.mop.part_adapters import adapter_encoder, base_digest
     from kinject.spec import TrainingSpec
@@ -307,7 +307,7 @@ def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenize
 
 
 def test_name_embeddings_are_mean_pooled_per_name_whatever_the_batch(tiny_model, tokenizer):
-    from kinject.models import load_encoder
+    from kinject.plugins.training import load_encoder
     from kinject.plugins.mop.entity_prediction import name_embeddings
 
     encoder = load_encoder(tiny_model)
@@ -363,7 +363,7 @@ def test_adapter_training_resumes_from_its_checkpoint(tiny_model, tokenizer, tmp
     from adapters import SeqBnConfig
 
     from kinject.plugins.knowledge.kg.batching import KGCollator
-    from kinject.models import load_encoder
+    from kinject.plugins.training import load_encoder
     from kinject.plugins.mop.entity_prediction import EntityPredictor
     from kinject.plugins.mop.part_adapters import adapter_encoder
     from kinject.spec import TrainingSpec

@@ -196,7 +196,7 @@ def test_shuffle_moves_entities_between_parts_and_keeps_sizes(tmp_path, textcls_
 @pytest.mark.slow
 def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_dir, kg_file):
     from kinject.engine import execute
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
     from kinject.plugins.mop.fusion import load_fused_model
     from kinject.plugins.training import predict
 
@@ -233,7 +233,7 @@ def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_d
 def test_part_rows_are_labelled_with_their_own_tail_and_head(tmp_path, kg_file, tiny_model):
     from kinject.interfaces import Environment
     from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
     from kinject.plugins.mop.entity_prediction import head_features, part_classes, tail_features
     from kinject.plugins.knowledge.sources.triples import TriplesSource
 

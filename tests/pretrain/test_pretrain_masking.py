@@ -14,7 +14,7 @@ from kinject.plugins.knowledge.packing import SEP_WORD, Packer, pack_to_arrow
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     return load_tokenizer(tiny_model)  # character-level WordPiece: most words are several pieces
 

@@ -82,7 +82,7 @@ def test_gad_is_reachable_as_declared_in_relation_module():
 
 
 def test_biosses_regression_pearson_and_score_range(tmp_path, tiny_model):
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     text = "pair_id\tsent1\tsent2\tscore\n" + "".join(f"p{i}\tgene {i} rises\tprotein {i} falls\t{i % 5}\n"
                                                        for i in range(5))
@@ -149,7 +149,7 @@ def test_pico_loader_sentences_overlap_and_splits(tmp_path):
 
 
 def test_pico_word_f1_from_predicted_tags(tmp_path, tiny_model):
-    from kinject.models import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     root = write_ebm(tmp_path / "ebm_nlp_2_00", DOCS, "train")
     write_ebm(root, DOCS, "test/gold")

@@ -18,7 +18,7 @@ def tiny_classifier(tiny_model):
 
 
 def features(tiny_model, n=32):
-    from kinject.api import load_tokenizer
+    from kinject.plugins.training import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model)
     texts = ["gene expression in tumor cells", "the cat sat on the mat"] * (n // 2)

@@ -58,7 +58,7 @@ def test_kimera_token_budget_is_a_config_field_and_an_unset_one_keeps_the_keys()
 def test_retraining_with_a_token_budget_counts_the_rows_it_took(tmp_path, tiny_model):
     """A short retraining under a token budget: fewer steps than 4-row batches, and the consumed rows (the dose)
     are exactly the rows of the batches the Trainer took."""
-    from kinject.models import load_encoder, load_tokenizer
+    from kinject.plugins.training import load_encoder, load_tokenizer
     from kinject.interfaces import Environment
     from kinject.plugins.kimera.multitask import KG_TASKS
     from kinject.plugins.kimera.retrain import kg_batches, retrain

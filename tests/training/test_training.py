@@ -109,8 +109,8 @@ def test_tokens_collated_in_worker_processes_are_counted_and_never_reach_the_mod
     trainer takes them out before the forward; the same numbers as collating in the training process."""
     from transformers import DataCollatorWithPadding
 
-    from kinject.api import Head, TrainingSpec, load_tokenizer
-    from kinject.plugins.training import build_task_model, train
+    from kinject.api import Head, TrainingSpec
+    from kinject.plugins.training import build_task_model, load_tokenizer, train
 
     tokenizer = load_tokenizer(tiny_model)
     texts = [("gene " * (1 + i % 7)).strip() for i in range(24)]

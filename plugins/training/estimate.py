@@ -1,6 +1,7 @@
-"""Time estimates for ``--dry-run``, before a stage ever ran here and after.
+"""Time estimates for ``--dry-run``, before a stage ever ran here and after: the hook plugin ``estimate`` (entry point
+group ``kinject.hooks``) answers the kernel's ``kinject_estimator`` with an :class:`Estimator`.
 
-A stage's estimate is its stated arithmetic (:meth:`kinject.interfaces.StageConfig.cost`, FLOPs) at this machine's
+A stage's estimate is its stated arithmetic (``StageConfig.cost``, FLOPs: :mod:`.cost`) at this machine's
 measured speed (:func:`machine_speed`, measured once and kept in the cache) plus a fixed overhead, scaled by
 how far such estimates were off on the stages this machine has run (every computed stage records its FLOPs in its
 stage.json). A stage that states no arithmetic costs the overhead; one this cache ran before without a record of its
@@ -16,6 +17,8 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from kinject.api import hookimpl
 
 log = logging.getLogger("kinject")
 
@@ -58,7 +61,7 @@ def machine_speed(cache_dir: Path, bf16: bool) -> float:
     speed = flops / min(times[1:])
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     known[key] = {"flops_per_s": speed, "load_average": load, "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    from kinject.files import atomic_write_text
+    from kinject.api import atomic_write_text
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -68,16 +71,6 @@ def machine_speed(cache_dir: Path, bf16: bool) -> float:
     log.info("this machine's training speed: %.1f GFLOP/s (%s, load average %s; kept in %s: delete it to measure "
              "again)", speed / 1e9, key, "?" if load is None else f"{load:.1f}", path)
     return speed
-
-
-def stage_flops(config, run) -> float | None:
-    """``config.cost(run)``; None when the stage states none or stating it failed (never fails a run)."""
-    try:
-        flops = config.cost(run)
-        return None if flops is None else float(flops)
-    except Exception as exc:  # an estimate is never worth a failed run or dry run
-        log.debug("cost of %s: %s: %s", type(config).__name__, type(exc).__name__, exc)
-        return None
 
 
 def _past(cache_dir: Path, name: str) -> list[dict]:
@@ -124,17 +117,17 @@ class Estimator:
         """Seconds before any correction: the overhead plus ``flops`` at the measured speed."""
         return OVERHEAD_S + (flops / self.speed if flops else 0.0)
 
-    def __call__(self, stage, run) -> Estimate:
-        flops = stage_flops(stage.config, run)
+    def __call__(self, name: str, flops: float | None) -> Estimate:
+        """Stage ``name``'s time, from the FLOPs it states (None: none)."""
         raw = self.raw(flops)
         work = f"{flops / 1e12:.3g} TFLOP at {self.speed / 1e9:.0f} GFLOP/s" if flops else "no stated work"
-        own = self.ratios.get(stage.name)
+        own = self.ratios.get(name)
         if own:
             return Estimate(raw * statistics.median(own), f"{work}, x{statistics.median(own):.2f} as its "
                                                           f"{len(own)} earlier run(s) here")
-        if self.seconds.get(stage.name):
-            return Estimate(statistics.median(self.seconds[stage.name]), "the median of this machine's "
-                            f"{len(self.seconds[stage.name])} earlier run(s) of it")
+        if self.seconds.get(name):
+            return Estimate(statistics.median(self.seconds[name]), "the median of this machine's "
+                            f"{len(self.seconds[name])} earlier run(s) of it")
         if flops and self.worked:
             return Estimate(raw * statistics.median(self.worked), f"{work}, x{statistics.median(self.worked):.2f} as "
                                                                   "this machine's earlier stages")
@@ -149,6 +142,6 @@ class Estimator:
                 f"{every[0]:.2f}..{every[-1]:.2f} (median {statistics.median(every):.2f}); estimates are scaled by it")
 
 
-def duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else \
-        f"{seconds / 3600:.1f} h"
+@hookimpl
+def kinject_estimator(cache_dir: Path, bf16: bool) -> Estimator:
+    return Estimator(cache_dir, bf16)

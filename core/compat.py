@@ -74,6 +74,11 @@ MOVED: dict[str, Moved] = {
     **_moved_names("kinject.plugins.pretrain.stages", "kinject.plugins.knowledge", "MaskingConfig"),
     **_moved_names("kinject.plugins.pretrain.stages", "kinject.plugins.knowledge.packing",
                    "PackConfig pack_body stage_tokenizer"),
+    # 0.1.0: the data formats' readers left the kernel for the data layer (the kernel keeps its line reader)
+    **_moved_names("kinject.api", "kinject.tasks",
+                   "count_lines first_line progress read_csv_columns read_jsonl read_tsv text_field"),
+    # 0.1.0: the dose a stage consumed is the knowledge library's (the kernel asks it through kinject_run_dose)
+    **_moved_names("kinject.api", "kinject.plugins.knowledge", "write_dose"),
 }
 
 

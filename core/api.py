@@ -28,16 +28,16 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     # building specs (tools such as the STILT matrix, a sweep or a grid), a plugin's config checked
     "kinject.spec_input": ("FILE_PATH", "apply_overrides", "build_spec", "default_cache_dir", "default_data_dir",
                            "format_validation_error", "load_spec_file", "load_yaml", "validate_plugin_config"),
-    # knowledge on one footing: held-out facts, the dose a stage consumed
-    "kinject.knowledge": ("HeldOutFacts", "HeldOutSource", "fact_key", "facts_digest", "held_out_count", "words", "write_dose"),
+    # knowledge on one footing: how facts are keyed, the held-out facts the engine removes from every source
+    "kinject.knowledge": ("HeldOutFacts", "HeldOutSource", "fact_key", "facts_digest", "held_out_count", "words"),
     # errors (one line, exit 2; Interrupted: exit 130/143)
     "kinject.errors": ("DataError", "DataMissingError", "Interrupted", "KinjectError", "PluginLoadError", "SpecError",
                        "UnknownNameError"),
     # models
     "kinject.models": ("masked_mean", "offline", "resolve_model"),  # the catalogue and loaders: the training library
     # data files and the disk
-    "kinject.io": ("bounded_lines", "count_lines", "file_digest", "first_line", "iter_lines", "open_text",
-                   "package_folder", "plain", "progress", "read_csv_columns", "read_jsonl", "read_tsv", "text_field"),
+    "kinject.io": ("bounded_lines", "capped", "file_digest", "iter_lines", "line_cap", "open_text", "package_folder",
+                   "plain"),  # the line reader; the format readers are kinject.tasks
     "kinject.files": ("atomic_directory", "atomic_file", "atomic_write_text", "check_weights", "check_writable",
                       "weights_problem"),
     # processes, plugins, hooks
@@ -45,7 +45,7 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.registry": ("registry",),
     "kinject.cache": ("lock_held", "make_lock"),  # cross-process locks of the cache's kind (flock or lease)
     "kinject.hooks": ("hookimpl", "plugin_manager"),
-    "kinject.results": ("plural", "print_metrics", "summarize_seeds"),
+    "kinject.results": ("format_value", "plural", "print_metrics", "summarize_seeds"),
     "kinject.frontdoor": ("lazy_exports",),  # a library's own front door
     # running a run
     "kinject.context": ("RunContext",),

@@ -82,6 +82,11 @@ MOVED: dict[str, Moved] = {
                    "keep_layers load_encoder load_tokenizer minilm_path model_config usable_positions"),
     **_moved_names("kinject.models", "kinject.plugins.training.models", "TINY_VERSION build_tiny check_model_settings"),
     **_moved_names("kinject.models", "kinject.machine", "native_bf16"),
+    # 0.1.0: the data formats' readers left the kernel for the data layer (the kernel keeps its line reader)
+    **_moved_names("kinject.api", "kinject.tasks",
+                   "count_lines first_line progress read_csv_columns read_jsonl read_tsv text_field"),
+    # 0.1.0: the dose a stage consumed is the knowledge library's (the kernel asks it through kinject_run_dose)
+    **_moved_names("kinject.api", "kinject.plugins.knowledge", "write_dose"),
 }
 
 

@@ -112,12 +112,9 @@ def _run_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, An
                             "config_type": f"{config_type.__module__}.{config_type.__qualname__}"})
             _collect(planned.folder, planned.stage, state)
         metrics = {**state["metrics"], **{k: v for k, v in state["sections"].items() if k not in state["metrics"]}}
-        from kinject.knowledge import combine_doses, dose_line
-
-        dose = combine_doses([(r["name"], Path(r["dir"])) for r in records])
-        if dose is not None:  # what the run's knowledge-consuming stages consumed (kinject.knowledge)
+        dose = hooks.kinject_run_dose(stages=[(r["name"], Path(r["dir"])) for r in records])
+        if dose is not None:  # what the run's knowledge-consuming stages consumed (the knowledge library's hook)
             metrics["dose"] = dose
-            log.info("%s", dose_line(dose))
         if state["comparison"] is not None:
             metrics = {**metrics, "comparison": state["comparison"]}
         state["wall_seconds"] = round(time.perf_counter() - started, 3)
@@ -169,7 +166,7 @@ def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, me
 def knowledge_record(run: RunContext) -> dict:
     """run.json's ``knowledge``: the dose asked for and the facts held out of every source."""
     spec, held = run.spec.knowledge, run.holdout
-    return {"epochs": spec.epochs, "exclude": list(spec.exclude), "exclude_file": spec.exclude_file,
+    return {"epochs": spec.epochs, "exclude": list(spec.exclude or []), "exclude_file": spec.exclude_file,
             "held_out": None if held is None else {"facts": held.facts, "digest": held.digest,
                                                   "splits": list(held.splits), "file": held.file},
             "inputs": run.inputs}

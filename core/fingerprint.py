@@ -79,6 +79,8 @@ NOT_FOLLOWED: dict[str, str] = {
     "kinject.plugins.training.decisions": "decides settings before stages are planned; their values are keyed",
     "kinject.plugins.training.cost": "estimates a stage's time (--dry-run), never what it computes",
     "kinject.plugins.training.estimate": "estimates a stage's time (--dry-run), never what it computes",
+    "kinject.plugins.knowledge.dose": "the dose record beside a stage's output, as kinject.knowledge's was: its "
+                                      "format is covered by keys.CONTRACT",
 }
 #: Front doors (lazy re-exports, :func:`kinject.frontdoor.lazy_exports`): a name imported from one counts as an
 #: import of the module that defines it.

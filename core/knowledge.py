@@ -1,4 +1,4 @@
-"""Knowledge on one footing: which facts every source holds out, and how much knowledge a stage consumed.
+"""Knowledge on one footing, the engine's side: how facts are keyed, and the facts it holds out of every source.
 
 * **Facts** are compared by their words (case-folded ``\\w+`` tokens), so "Seizure" and "seizure," are one name.
   :func:`fact_key` turns a (head, relation, tail) triple into a 64-bit key and :func:`facts_digest` a set of keys into
@@ -9,15 +9,14 @@
   :meth:`kinject.refs.SourceRef.build` returns when the run holds facts out). A triple is removed when it links the
   two names of a held-out fact (either direction, any relation); from a text, each statement (sentence) that names
   both (the rest of the text is kept).
-* **The dose** (``dose.json`` in a stage's output, :func:`write_dose`): what a stage consumed - rows, facts with
-  repeats, distinct facts, epochs of its rows, tokens - and the digest of the facts it covered. The engine adds the
-  stages' doses to the run's metrics.json as ``dose`` (:func:`combine_doses`).
+
+The policy - which splits a run holds out when ``knowledge.exclude`` is unset - and the dose a stage consumed are the
+knowledge library's (the ``kinject_default_exclude`` and ``kinject_run_dose`` hooks; :mod:`kinject.hooks.specs`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from array import array
 from pathlib import Path
@@ -25,8 +24,6 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-DOSE_FILE = "dose.json"  # a stage's dose (numbers and the covered facts' digest)
-DOSE_FACTS = "dose-facts.npy"  # the sorted 64-bit keys of the facts it covered (for the run's union)
 SMALL_KEY_SET = 1 << 18  # up to this many keys a held-out set keeps a Python set (fast), above a sorted array
 NAME_WORDS = 8  # a name is matched by its first 8 words (a long tail, e.g. a definition, by its opening)
 _WORD = re.compile(r"\w+")
@@ -260,81 +257,3 @@ def held_out_count(source: Any) -> int | None:
         if source is None:
             return None
     return None
-
-
-# -- the dose ----------------------------------------------------------------------------------------------- #
-def write_dose(folder: Path, *, unit: str, covered: np.ndarray, seen: int, rows_seen: int, rows_total: int,
-               available: int | None = None, tokens: int | None = None, **extra: Any) -> dict:
-    """Write a stage's dose into ``folder`` (``dose.json`` and ``dose-facts.npy``) and return it.
-
-    ``unit``: what a fact is ("triples", "texts", "facts in context"); ``covered``: the keys (:func:`fact_key`, or
-    any 64-bit key of a text) of the distinct facts the stage consumed; ``seen``: facts consumed with repeats;
-    ``rows_seen`` / ``rows_total``: training rows consumed / in one epoch (``epochs`` is their ratio);
-    ``available``: distinct facts the stage could have consumed; ``tokens``: non-padding tokens consumed.
-    """
-    covered = np.unique(np.asarray(covered, dtype=np.uint64))
-    dose = {"unit": unit, "seen": int(seen), "distinct": int(len(covered)),
-            "available": int(available) if available is not None else None,
-            "coverage": round(len(covered) / available, 6) if available else None,
-            "rows_seen": int(rows_seen), "rows_total": int(rows_total),
-            "epochs": round(rows_seen / rows_total, 6) if rows_total else 0.0,
-            "tokens": int(tokens) if tokens is not None else None, "digest": facts_digest(covered), **extra}
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    np.save(Path(folder) / DOSE_FACTS, covered, allow_pickle=False)
-    (Path(folder) / DOSE_FILE).write_text(json.dumps(dose, indent=2, default=str))
-    return dose
-
-
-def combine_doses(stages: list[tuple[str, Path]]) -> dict | None:
-    """The run's ``dose`` from the stages that wrote one (name, folder): totals (facts seen, rows, tokens), the
-    distinct facts and digest of their union, the epochs of the largest stage (each stage's own under
-    ``stages``). None when no stage consumed knowledge."""
-    doses = []
-    for name, folder in stages:
-        path = Path(folder) / DOSE_FILE
-        if path.is_file():
-            dose = json.loads(path.read_text())
-            facts = Path(folder) / DOSE_FACTS
-            keys = np.load(facts, allow_pickle=False) if facts.is_file() else np.zeros(0, np.uint64)
-            doses.append((name, dose, keys))
-    if not doses:
-        return None
-    union = np.unique(np.concatenate([keys for _, _, keys in doses]))
-    units = sorted({d["unit"] for _, d, _ in doses})
-    available = [d.get("available") for _, d, _ in doses]
-    total_available = sum(available) if all(a is not None for a in available) else None
-
-    def total(field: str) -> int | None:
-        values = [d.get(field) for _, d, _ in doses]
-        return sum(values) if all(v is not None for v in values) else None
-
-    rows_seen, rows_total = total("rows_seen"), total("rows_total")
-    out = {"unit": units[0] if len(units) == 1 else "+".join(units), "seen": total("seen"), "distinct": int(len(union)),
-           "available": total_available, "coverage": round(len(union) / total_available, 6)
-           if total_available else None, "rows_seen": rows_seen, "rows_total": rows_total,
-           "epochs": round(rows_seen / rows_total, 6) if rows_total else 0.0, "tokens": total("tokens"),
-           "digest": facts_digest(union)}
-    held = [d["held_out"] for _, d, _ in doses if d.get("held_out") is not None]
-    if held:
-        out["held_out"] = max(held)
-    if len(doses) > 1:
-        out["stages"] = {name: dose for name, dose, _ in doses}
-    return out
-
-
-def dose_line(dose: dict) -> str:
-    """One line for the console: the dose of a run (over --repeats: the means)."""
-    def count(value) -> str:
-        return f"{value:,.0f}"
-
-    parts = [f"{count(dose['distinct'])} distinct {dose.get('unit', 'facts')}"]
-    if dose.get("available"):
-        parts[0] += f" of {count(dose['available'])} ({dose['coverage']:.0%})"
-    parts.append(f"{count(dose['seen'])} seen")
-    parts.append(f"{dose['epochs']:.3g} epochs of its rows")
-    if dose.get("tokens"):
-        parts.append(f"{count(dose['tokens'])} tokens")
-    if dose.get("held_out") is not None:
-        parts.append(f"{count(dose['held_out'])} held out")
-    digest = f" (digest {dose['digest']})" if dose.get("digest") else ""
-    return "knowledge dose: " + ", ".join(parts) + digest

@@ -105,6 +105,7 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
                      resume=resume, command=command, recommended=applied, protocol=protocol)
     for name in spec.hooks:  # every hook's settings checked before any data is read
         run.hook_settings(name)
+    _default_exclude(run)
     if isinstance(task, TaskGroup):
         run.members = _prepare_members(run)
         return run
@@ -142,6 +143,23 @@ def _check_task_kind(strategy: Strategy, task: Task, env: Environment) -> None:
         raise SpecError(f"task: strategy {strategy.name!r} supports {' and '.join(names.get(k, k) for k in sorted(kinds))}"
                         f" tasks; {task.name!r} is a {names.get(kind, kind)} task (kinject list strategies shows what "
                         "each supports)")
+
+
+def _default_exclude(run: RunContext) -> None:
+    """``knowledge.exclude`` left unset: the splits the ``kinject_default_exclude`` implementation holds out (the
+    knowledge library's: [dev, test]; none when no implementation answers), and who decided (run.json
+    ``decided_by``)."""
+    from kinject.decisions import first_answer
+
+    knowledge = run.spec.knowledge
+    if knowledge.exclude is not None:
+        return
+    splits, by = first_answer("kinject_default_exclude", run=run)
+    filled = type(knowledge).model_validate({**knowledge.model_dump(), "exclude": list(splits or [])})
+    filled.__pydantic_fields_set__ = set(knowledge.model_fields_set)
+    run.spec = run.spec.model_copy(update={"knowledge": filled})
+    if by is not None:
+        run.decided_by["exclude"] = by
 
 
 def _holdout(run: RunContext):

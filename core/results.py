@@ -48,7 +48,9 @@ def _number(value: float) -> str:
     return f"{value:.4f}" if value == 0 or 1e-3 <= abs(value) < 1e4 else f"{value:.4g}"
 
 
-def _shown(value) -> str:
+def format_value(value) -> str:
+    """A metric value as the tables show it: a number to 4 decimals (4 significant digits when large or tiny), a
+    summary over seeds (:func:`summarize_seeds`) as ``mean ± std (n=N)``, anything else as text."""
     if isinstance(value, dict) and "mean" in value:
         return f"{_number(value['mean'])} ± {_number(value['std'])} (n={value['n']})"
     if isinstance(value, bool) or isinstance(value, int):
@@ -58,16 +60,15 @@ def _shown(value) -> str:
     return str(value)
 
 
-def _mean(value):
-    return value["mean"] if isinstance(value, dict) and "mean" in value else value
-
-
 def print_metrics(console, title: str, metrics: dict, splits: list[str] | tuple[str, ...] | None = None) -> None:
     """A run's task metrics per split ({split: {metric: value}}, or their mean ± std over seeds) as a rich table on
     ``console`` - only the evaluation splits (``splits``; default: every section of plain numbers that is not a known
-    diagnostic) - then one line each for its knowledge probe, its knowledge dose and its paired comparison. Other
-    sections (training statistics, corpus counts, perplexities) stay in metrics.json and the run's report."""
+    diagnostic) - then each other section a library shows (the ``kinject_show_section`` hook: the knowledge probe,
+    the knowledge dose, the paired comparison). Other sections (training statistics, corpus counts, perplexities)
+    stay in metrics.json and the run's report."""
     from rich.table import Table
+
+    from kinject.hooks import plugin_manager
 
     known = ("train", "comparison", "dose", "probe", "corpus", "mlm", "head", "perplexity", "pretrain", "teacher",
              "report", "architecture")
@@ -80,54 +81,12 @@ def print_metrics(console, title: str, metrics: dict, splits: list[str] | tuple[
         for name, value in metrics[split].items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) or \
                     isinstance(value, dict) and "mean" in value:
-                table.add_row(split, name, _shown(value))
+                table.add_row(split, name, format_value(value))
     console.print(table)
-    probe = metrics.get("probe")
-    if isinstance(probe, dict) and _mean(probe.get("auroc")) is not None:
-        low, high = _mean(probe.get("gain_auroc_low")), _mean(probe.get("gain_auroc_high"))
-        interval = f" [{low:+.4f}, {high:+.4f}]" if isinstance(low, float) and isinstance(high, float) else ""
-        kind = "generalisation" if _mean(probe.get("generalisation")) else "memorisation"
-        console.print(f"knowledge probe ({kind}): AUROC {_shown(probe['auroc'])} (base model "
-                      f"{_shown(probe.get('base_auroc'))}), gain {_mean(probe.get('gain_auroc')):+.4f}{interval}"
-                      + (f": {sentence}" if (sentence := probe_sentence(low, high)) else ""),
-                      highlight=False, soft_wrap=True)
-    dose = metrics.get("dose")
-    if isinstance(dose, dict) and "distinct" in dose:
-        from kinject.knowledge import dose_line
-
-        try:  # over --repeats the numbers are summaries: their means
-            console.print(dose_line({k: _mean(v) for k, v in dose.items()}), highlight=False, soft_wrap=True)
-        except (KeyError, TypeError, ValueError):
-            pass
-    comparison = metrics.get("comparison")
-    if isinstance(comparison, dict) and isinstance(comparison.get("difference"), dict):  # --repeats: over seeds
-        console.print(f"comparison (paired, per seed): difference {_shown(comparison['difference'])}", soft_wrap=True)
-    elif isinstance(comparison, dict) and "difference" in comparison:
-        c = comparison
-        verdict = str(c.get("verdict") or "")
-        note = f" ({verdict})" if verdict.startswith("not learned") or not c.get("identical") and verdict else \
-            " (identical predictions)" if c.get("identical") else ""
-        console.print(f"[bold]{c['other_name']} vs {c['baseline_name']}[/] on {c['split']} {c['metric']}: "
-                      f"{c['other']:.4f} vs {c['baseline']:.4f}, difference {c['difference']:+.4f} "
-                      f"({c['confidence']:.0%} paired bootstrap CI {c['ci_low']:+.4f} .. {c['ci_high']:+.4f}, "
-                      f"n={c['n']} examples; one seed: these models){note}", soft_wrap=True)
-        for side, flag in (c.get("not_learned") or {}).items():
-            if isinstance(flag, dict) and flag.get("reason"):
-                name = c.get("baseline_name") if side == "baseline" else c.get("other_name")
-                console.print(f"not learned: {name}: {flag['reason']}", highlight=False, soft_wrap=True)
-
-
-def probe_sentence(low, high) -> str:
-    """One plain sentence for a probe AUROC gain whose interval excludes 0 (else "")."""
-    if not (isinstance(low, float) and isinstance(high, float)):
-        return ""
-    if high < 0:
-        return ("the probe's AUROC fell below the base model's: this model's frozen features separate these facts "
-                "less well than the base model's did")
-    if low > 0:
-        return ("the probe's AUROC rose above the base model's: this model's frozen features separate these facts "
-                "better than the base model's did")
-    return ""
+    show = plugin_manager().hook.kinject_show_section
+    for name, section in metrics.items():
+        if name not in shown:
+            show(console=console, name=name, section=section)
 
 
 def load(run_dir) -> Any:

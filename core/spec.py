@@ -209,11 +209,12 @@ class KnowledgeSpec(StrictModel):
                                  "each part's triples; pretrain: its packed corpus; a third party's: what it maps it "
                                  "to). Unset: each strategy's own budget setting (kg_steps, adapter_epochs, "
                                  "mlm_steps). metrics.json's `dose` records what was consumed either way.")
-    exclude: list[Literal["train", "dev", "test"]] = Field(
-        ["dev", "test"], description="Hold out of every knowledge source (triples, texts, corpora) the facts the "
+    exclude: list[Literal["train", "dev", "test"]] | None = Field(
+        None, description="Hold out of every knowledge source (triples, texts, corpora) the facts the "
         "task's items of these splits are built from (Task.facts: e.g. hpo-isa's is-a edges), for every strategy "
-        "alike: [dev, test] (default) makes the comparison one of generalisation; [] gives every method the "
-        "answers (memorisation). A task that declares no facts holds nothing out.")
+        "alike: [dev, test] (the default: unset, the knowledge library's hold-out) makes the comparison one of "
+        "generalisation; [] gives every method the answers (memorisation). A task that declares no facts holds "
+        "nothing out. run.json records the splits held out.")
     exclude_file: str | None = Field(None, description="A file of further facts to hold out of every source "
                                      "(head<TAB>relation<TAB>tail a line).", json_schema_extra={"path": True})
 

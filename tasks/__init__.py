@@ -17,6 +17,8 @@ _EXPORTS = {  # name -> the module defining it
     ".retrieval": ("RetrievalConfig", "RetrievalTask"),
     # a task's datasets as `kinject data` lists, prepares and downloads them
     ".catalogue": ("DatasetInfo",),
+    # readers of the data formats tasks and knowledge sources read (file:line errors, texts capped)
+    ".readers": ("count_lines", "first_line", "progress", "read_csv_columns", "read_jsonl", "read_tsv", "text_field"),
     # the Human Phenotype Ontology as terms (shared with the hpo knowledge source)
     ".hpo_terms": ("HpoTerm", "hpo_data_dir", "iter_terms", "read_terms"),
     # scoring helpers the evaluators use (and the evidence library's scorers)

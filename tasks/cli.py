@@ -44,7 +44,7 @@ COLOURS = {"present": "green", "prepared": "green", RAW: "cyan", "missing": "yel
 
 
 def _line_counts(folder: Path, info) -> dict[str, int]:
-    from kinject.api import count_lines
+    from kinject.tasks.readers import count_lines
 
     return {split: count_lines(folder / Path(file).name) for split, file in info.splits.items()
             if (folder / Path(file).name).exists()}

@@ -12,7 +12,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from kinject.api import DataError, DataMissingError, Environment, read_csv_columns
+from kinject.api import DataError, DataMissingError, Environment
+from kinject.tasks.readers import read_csv_columns
 from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_cop

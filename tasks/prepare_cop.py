@@ -16,7 +16,8 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from kinject.api import DataError, DataMissingError, atomic_file, read_csv_columns
+from kinject.api import DataError, DataMissingError, atomic_file
+from kinject.tasks.readers import read_csv_columns
 
 SECTIONS = {  # kept section -> header keywords (lower case, matched as a prefix of the header)
     "CHIEF COMPLAINT": ("chief complaint",),

@@ -15,7 +15,8 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from kinject.api import DataError, DataMissingError, read_jsonl
+from kinject.api import DataError, DataMissingError
+from kinject.tasks.readers import read_jsonl
 from kinject.tasks.prepare_util import write_splits
 
 FILE = "medquad/medquad.jsonl.gz"

@@ -9,7 +9,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from kinject.api import DataError, Environment, read_tsv
+from kinject.api import DataError, Environment
+from kinject.tasks.readers import read_tsv
 from kinject.tasks.catalogue import DatasetInfo, split_file
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_pubmedqa

@@ -14,7 +14,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from kinject.api import DataError, Environment, FILE_PATH, read_jsonl, text_field
+from kinject.api import DataError, Environment, FILE_PATH
+from kinject.tasks.readers import read_jsonl, text_field
 from kinject.tasks.catalogue import DatasetInfo
 from kinject.tasks.sequence import SequenceClassificationTask, SequenceTaskConfig
 from kinject.tasks import prepare_chemprot, prepare_ddi
@@ -33,7 +34,7 @@ class RelationConfig(SequenceTaskConfig):
 def _count(folder: Path) -> dict[str, int]:
     """Instances per split of a prepared folder (one JSON line each)."""
     base = Path(folder) / "prepared"
-    from kinject.api import count_lines
+    from kinject.tasks.readers import count_lines
 
     return {split: count_lines(base / f"{split}.jsonl")
             for split in ("train", "dev", "test") if (base / f"{split}.jsonl").exists()}

@@ -21,7 +21,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from kinject.api import DataError, Environment, Head, read_jsonl, text_field
+from kinject.api import DataError, Environment, Head
+from kinject.tasks.readers import read_jsonl, text_field
 import kinject.tasks.biencoder as biencoder
 from kinject.tasks.sequence import PairTaskConfig, SequenceClassificationTask, evaluate_all
 

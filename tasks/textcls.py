@@ -7,7 +7,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from kinject.api import DataError, DataMissingError, Environment, read_jsonl, read_tsv, text_field
+from kinject.api import DataError, DataMissingError, Environment
+from kinject.tasks.readers import read_jsonl, read_tsv, text_field
 from kinject.tasks.sequence import PairTaskConfig, SequenceClassificationTask
 from kinject.api import FILE_PATH
 

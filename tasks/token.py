@@ -18,7 +18,8 @@ from typing import Any, ClassVar, Iterator, Literal
 import numpy as np
 from pydantic import Field
 
-from kinject.api import DataError, Environment, Head, MetricRef, Task, iter_lines, read_tsv
+from kinject.api import DataError, Environment, Head, MetricRef, Task, iter_lines
+from kinject.tasks.readers import read_tsv
 from kinject.tasks.catalogue import DatasetInfo, split_file
 from kinject.tasks.sequence import SequenceTaskConfig, evaluate_all, unit_ids
 

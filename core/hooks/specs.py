@@ -47,6 +47,25 @@ class HookSpecs:
         """Fill settings of a prepared run (``run.spec``) that nobody set; return ``{field: why}`` (run.json
         ``defaults``), or None to leave the run to the next implementation. Called in ``prepare``."""
 
+    @hookspec(firstresult=True)
+    def kinject_default_exclude(self, run: Any) -> list | None:
+        """The splits whose facts a run holds out of every knowledge source when its spec leaves ``knowledge.exclude``
+        unset (the knowledge library's ``knowledge`` plugin: [dev, test]), or None to leave it to the next
+        implementation. Called first in ``prepare``; run.json records the answer (``knowledge.exclude``) and who gave
+        it (``decided_by``). No answer: nothing is held out."""
+
+    @hookspec(firstresult=True)
+    def kinject_run_dose(self, stages: list) -> dict | None:
+        """The knowledge a finished run consumed (metrics.json ``dose``), from its stages' output folders (``(name,
+        folder)`` in run order); None: none, or leave it to the next implementation (the knowledge library's
+        ``knowledge`` plugin adds up its stages' ``dose.json``)."""
+
+    @hookspec(firstresult=True)
+    def kinject_show_section(self, console: Any, name: str, section: Any) -> bool | None:
+        """Print ``section``, a part of a finished run's metrics that is not a split (e.g. ``probe``, ``dose``,
+        ``comparison``; over seeds its numbers are summaries), on the rich ``console`` below the metrics table; True
+        when shown, None to leave it to the next implementation (the library that writes the section shows it)."""
+
     @hookspec
     def kinject_check_inputs(self, run: Any) -> None:
         """Check the inputs of a prepared run that are not knowledge sources (e.g. a starting model that is itself a

@@ -8,7 +8,8 @@ import json
 
 import numpy as np
 
-from kinject.api import StageContext, fact_key, is_main_process, write_dose
+from kinject.api import StageContext, fact_key, is_main_process
+from kinject.plugins.knowledge import write_dose
 
 from .stages import ContextFactsConfig
 

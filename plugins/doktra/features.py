@@ -80,7 +80,7 @@ def model_outputs(model, features: list[dict], collator, batch_size: int) -> tup
     model.eval()
     cls_parts, logit_parts = [], []
     with torch.inference_mode():
-        from kinject.api import progress
+        from kinject.tasks import progress
 
         for lo in progress(range(0, len(order), batch_size), "teacher outputs", unit=" batches"):
             batch = collator([{k: features[i][k] for k in ENCODING_KEYS if k in features[i]}

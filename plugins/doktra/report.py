@@ -84,7 +84,7 @@ def write_report(out: Path, task, env, folders: dict[str, Path], metric: str, bi
     metrics, ``ece``, the same for the teacher and the fine-tuned student (``teacher/<metric>``,
     ``student_ft/<metric>``) and ``retained/<student|student_ft>`` (% of the teacher's ``metric``)."""
     from kinject.tasks import expected_calibration_error
-    from kinject.api import read_jsonl
+    from kinject.tasks import read_jsonl
 
     head = task.head(env)
     per_role = {role: _read(folder / "metrics.json") for role, folder in folders.items()}

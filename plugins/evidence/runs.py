@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from kinject.api import DataError, KinjectError, read_jsonl
+from kinject.api import DataError, KinjectError
+from kinject.tasks import read_jsonl
 
 
 def _read_json(path: Path) -> dict:

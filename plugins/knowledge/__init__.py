@@ -4,8 +4,8 @@ Methods build on it; it builds on the kernel (:mod:`kinject.api`), the training 
 
 Its front door: a method imports what it uses from here (``from kinject.plugins.knowledge import build_kg_data``);
 the modules behind it (``kg.*``, ``sources.*``, ``mlm``, ``masked_lm``, ``masking``, ``packing``, ``probe``,
-``default``, ``hooks``, ``cli``) are internal. Names are imported on first use, so importing the package imports
-none of them; in a stage's key a name counts as its defining module. docs/plugins.md lists every name.
+``default``, ``dose``, ``hooks``, ``footing``, ``cli``) are internal. Names are imported on first use, so importing the
+package imports none of them; in a stage's key a name counts as its defining module. docs/plugins.md lists every name.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ _EXPORTS = {  # name -> the module defining it
     ".masked_lm": ("load_mlm", "missing_mlm_head", "sparse_prediction", "train_mlm", "transfer_embeddings"),
     # provenance of facts: what an input that is not a source (a task, a model that is a run) saw of the held-out
     ".provenance": ("DEFAULT_EXCLUDE", "filtered_task_ref", "model_input", "record", "task_input"),
+    # the dose a stage consumed (dose.json), and the run's (metrics.json dose) from its stages'
+    ".dose": ("combine_doses", "dose_line", "write_dose"),
     # the knowledge probe's stages, for a run the hook does not reach
     ".hooks": ("probe_stages",),
 }

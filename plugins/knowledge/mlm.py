@@ -213,7 +213,7 @@ def write_text_dose(out, pack_folder, dataset, training: TrainingSpec, steps: in
     the documents they hold and their tokens (None for a pack stage written before documents were recorded)."""
     import numpy as np
 
-    from kinject.api import write_dose
+    from .dose import write_dose
     from kinject.plugins.training import consumed_rows, row_lengths
 
     from .packing import DOCUMENT_KEYS_FILE, DOCUMENTS_FILE

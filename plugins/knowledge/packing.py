@@ -39,7 +39,8 @@ TEXT_SUFFIXES = (".jsonl", ".txt", ".arrow")
 def read_texts(path: Path, limit: int | None = None) -> Iterator[str]:
     """Stream the texts of a ``.jsonl`` (``text`` field), ``.txt`` (a line each) or ``.arrow`` (``text`` column)
     file, at most ``limit``; bad lines are a DataError naming ``file:line``."""
-    from kinject.api import DataError, iter_lines, read_jsonl, text_field
+    from kinject.api import DataError, iter_lines
+    from kinject.tasks import read_jsonl, text_field
 
     path = Path(path)
     if path.suffix == ".arrow":
@@ -162,7 +163,7 @@ def pack_to_arrow(texts: Iterable[str], tokenizer, max_length: int, path: Path, 
                 if packer.documents - before != len(chunk) else chunk
             keys.extend(fact_key(text, "", "") for text in kept)
 
-        from kinject.api import progress
+        from kinject.tasks import progress
 
         for text in progress(texts, "packing", unit=" texts"):
             chunk.append(text)

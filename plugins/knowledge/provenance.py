@@ -30,8 +30,8 @@ from kinject.api import HeldOutFacts, SpecError
 
 log = logging.getLogger("kinject")
 
-#: The splits whose facts a memorisation run's inputs are counted against (the same as the spec's
-#: ``knowledge.exclude`` default).
+#: The default hold-out: the splits whose facts a run holds out when ``knowledge.exclude`` is unset (the library's
+#: ``knowledge`` hook plugin, :mod:`.footing`), and a memorisation run's inputs are counted against.
 DEFAULT_EXCLUDE = ("dev", "test")
 TRANSFORM = "kinject.plugins.knowledge.provenance:without_facts"
 

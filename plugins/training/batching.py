@@ -156,7 +156,7 @@ def consumed_rows(lengths: Sequence[int] | np.ndarray, batch_size: int, steps: i
     """The rows, in order and with repeats, that the first ``steps`` optimiser steps of :func:`train` (one process,
     length-grouped: :class:`LengthBucketSampler` seeded with ``seed``) consumed: epoch after epoch, each step takes
     ``batch_size x accumulation`` rows of that epoch's order (the last step of an epoch fewer). What a stage's
-    knowledge dose counts (:func:`kinject.api.write_dose`)."""
+    knowledge dose counts (:func:`kinject.plugins.knowledge.write_dose`)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     per_step = batch_size * accumulation
     if not len(lengths) or steps <= 0:

@@ -9,7 +9,7 @@ import pytest
 
 from kinject.errors import DataError
 from kinject.interfaces import Environment
-from kinject.io import text_field
+from kinject.tasks import text_field
 from kinject.registry import registry
 from kinject.tasks.retrieval import read_queries
 

@@ -194,6 +194,36 @@ def test_hpo_isa_declares_the_edges_its_items_ask_about_and_the_default_holds_de
                                "cache_dir": str(tmp_path)})).holdout is None
 
 
+def test_the_default_hold_out_is_the_knowledge_librarys_policy_and_a_plugin_replaces_it(tmp_path, textcls_dir,
+                                                                                        tiny_model):
+    """knowledge.exclude unset: the knowledge library's hook plugin holds dev and test out (run.json names it in
+    decided_by); a plugin's tryfirst implementation replaces it; a value the user sets is kept."""
+    from kinject.api import build_spec, hookimpl, plugin_manager, prepare
+
+    data = {"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
+            "cache_dir": str(tmp_path)}
+    spec = build_spec(data)
+    assert spec.knowledge.exclude is None
+    run = prepare(spec)
+    assert run.spec.knowledge.exclude == ["dev", "test"] and run.decided_by["exclude"].startswith("knowledge ")
+    assert "exclude" not in run.spec.knowledge.model_fields_set
+
+    class TestOnly:
+        @hookimpl(tryfirst=True)
+        def kinject_default_exclude(self, run):
+            return ["test"]
+
+    manager = plugin_manager()
+    manager.register(TestOnly(), name="test-only")
+    try:
+        run = prepare(spec)
+        assert run.spec.knowledge.exclude == ["test"] and run.decided_by["exclude"].startswith("test-only")
+        kept = prepare(build_spec({**data, "knowledge": {"exclude": []}}))
+        assert kept.spec.knowledge.exclude == [] and "exclude" not in kept.decided_by
+    finally:
+        manager.unregister(name="test-only")
+
+
 def test_a_missing_exclude_file_is_one_line_before_any_stage(tmp_path, textcls_dir, capsys, tiny_model):
     from helpers import one_line_error
 

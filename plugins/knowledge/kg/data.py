@@ -84,7 +84,7 @@ def _intern(source: KnowledgeSource, env: Environment, out: Path, cap: int | Non
     n = 0
     files = {name: open(out / f"{name}.bin", "wb") for name in "hrtw"}
     try:
-        from kinject.api import progress
+        from kinject.tasks import progress
 
         for chunk in progress(intern_triples(source.iter_triples(env), vocab, cap=cap), "KG rows: reading triples",
                               unit=" chunks"):
@@ -366,7 +366,7 @@ def write_kg_dose(folder: Path, data: KGData, rows: dict[str, np.ndarray], rows_
     triplet, tail) to the row indices consumed (with repeats); ``rows_total`` is one epoch's rows; ``available`` the
     distinct facts the stage trains on (default: every triple of ``data``). Facts seen count the rows that state a
     triple (a corrupted negative states none); distinct facts are the triples they state."""
-    from kinject.api import write_dose
+    from kinject.plugins.knowledge.dose import write_dose
 
     stated, tokens, consumed = [], 0, 0
     for task, indices in rows.items():

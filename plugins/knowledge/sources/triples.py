@@ -102,7 +102,7 @@ class TriplesSource(TriplesSourceBase):
 
     @staticmethod
     def _looks_hsdn(path: Path) -> bool:
-        from kinject.api import first_line
+        from kinject.tasks import first_line
 
         try:
             first = first_line(path).split("\t")

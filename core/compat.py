@@ -250,6 +250,36 @@ def explain_import_error(exc: BaseException) -> str | None:
             f"{moved.since}; see {MIGRATION})")
 
 
+_KINJECT_IMPORT = r"^[ \t]*(?:from[ \t]+(kinject[\w.]*)[ \t]+import|import[ \t]+(kinject[\w.]*))"
+
+
+def deprecated_imports(value: str) -> str:
+    """'' or 'imports kinject.stages (moved to kinject.plugins.training)': the moved kinject modules the package of
+    an entry point's ``value`` imports (its source text, read; nothing imported). Such a plugin runs, with a
+    deprecation warning, for one release; `kinject list` marks it."""
+    import importlib.util
+    from pathlib import Path
+
+    top = value.partition(":")[0].split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or top == "kinject":
+        return ""
+    files = [Path(p) for p in spec.submodule_search_locations or []]
+    files = [f for folder in files for f in sorted(folder.rglob("*.py"))[:200]] or (
+        [Path(spec.origin)] if spec.origin and spec.origin.endswith(".py") else [])
+    used = set()
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        used |= {a or b for a, b in re.findall(_KINJECT_IMPORT, text, re.M)} & set(MOVED)
+    return "; ".join(f"imports {old} (moved to {replacement(old).split(' (')[0]})" for old in sorted(used))
+
+
 def api_mismatch(distribution: Any) -> str:
     """'' when ``distribution`` (an importlib.metadata Distribution) declares no kinject requirement or this kinject
     satisfies it; else 'needs kinject>=0.2,<0.3; this is kinject 0.1.0'."""

@@ -26,38 +26,6 @@ def describe_data(run: RunContext) -> str:
     return run.task.describe_data(run.env) if run.task is not None else "(no task)"
 
 
-def describe_training(run: RunContext) -> list[str]:
-    """What the run trains on, for --dry-run: the task's training examples and every knowledge source a stage
-    reads (the configured ones or a strategy's default), with its options."""
-    from kinject.refs import SourceRef
-
-    out = []
-    if run.task is not None and not run.members:
-        examples = len(run.task.examples(run.task.train_split, run.env))
-        out.append(f"task {run.task.name} {run.task.train_split} split: {examples} examples"
-                   + (f" (--limit {run.env.limit})" if run.env.limit else ""))
-    seen: set[str] = set()
-
-    def sources(value):
-        if isinstance(value, SourceRef):
-            yield value
-        elif hasattr(type(value), "model_fields"):
-            for name in type(value).model_fields:
-                yield from sources(getattr(value, name))
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                yield from sources(item)
-
-    for stage in run.stages:
-        for ref in sources(stage.config):
-            options = {k: v for k, v in ref.options.items() if v not in (None, [], {}, False)}
-            text = f"knowledge source {ref.name} ({ref.kind}) {options}"
-            if text not in seen:
-                seen.add(text)
-                out.append(f"{text}, first read by stage {stage.name}")
-    return out
-
-
 def default_output(spec: RunSpec) -> Path:
     return Path("runs") / (f"{spec.strategy.name}-{spec.task.name}" if spec.task else spec.strategy.name)
 

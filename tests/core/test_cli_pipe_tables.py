@@ -10,7 +10,7 @@ import sys
 
 from rich.console import Console
 
-from kinject.cli.listing import pipe_console
+from kinject.plugins.cli.listing import pipe_console
 from kinject.registry import GROUPS, registry
 
 

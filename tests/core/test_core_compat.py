@@ -137,7 +137,7 @@ def outside(tmp_path, monkeypatch):
 def test_two_distributions_registering_one_name_are_listed_and_refused_naming_both(outside, capsys):
     from rich.console import Console
 
-    from kinject.cli.listing import print_plugins
+    from kinject.plugins.cli.listing import print_plugins
 
     console = Console(width=400, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     print_plugins("strategies", console=console)

@@ -83,9 +83,14 @@ def retraining_share(fixed: dict, reseeded: dict) -> dict | None:
     b = (reseeded.get("seed_tests") or {}).get("differences") or []
     if len(a) < 2 or len(b) < 2:
         return None
+    from scipy import stats
+
     fixed_var, reseeded_var = statistics.variance(a), statistics.variance(b)
+    ratio = reseeded_var / fixed_var if fixed_var else float("inf")
+    df = (len(b) - 1, len(a) - 1)  # the variance ratio's 95% interval (F distribution)
     return {"fixed_sd": fixed_var ** 0.5, "reseeded_sd": reseeded_var ** 0.5,
-            "share": max(reseeded_var - fixed_var, 0.0) / reseeded_var if reseeded_var else 0.0}
+            "share": max(reseeded_var - fixed_var, 0.0) / reseeded_var if reseeded_var else 0.0,
+            "ratio": ratio, "ratio_low": ratio / stats.f.ppf(0.975, *df), "ratio_high": ratio / stats.f.ppf(0.025, *df)}
 
 
 def table(rows: list[dict], baseline: str, metric: str = "accuracy") -> str:
@@ -176,7 +181,8 @@ def main() -> None:
         if share and by_arm[reseeded]["dose"].get("epochs") == by_arm[fixed]["dose"].get("epochs"):
             print(f"retraining seed at {fixed}'s dose: sd of the paired differences over seeds {share['fixed_sd']:.4f} "
                   f"with the retraining fixed, {share['reseeded_sd']:.4f} with it following the seed; its share of "
-                  f"the variance {share['share']:.0%}")
+                  f"the variance {share['share']:.0%} (variance ratio {share['ratio']:.2f}, 95% interval "
+                  f"{share['ratio_low']:.2f}-{share['ratio_high']:.2f})")
     if args.figure:
         figure(rows, args.figure, args.baseline)
         print(f"figure: {args.figure}")

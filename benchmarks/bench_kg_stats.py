@@ -24,7 +24,7 @@ from benchmarks.bench_kg_ingest import write_synthetic
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = {
-    "streamed": ("from kinject.cli.main import main\n"
+    "streamed": ("from kinject.plugins.cli.app import main\n"
                  "try:\n    main(['kg', 'stats', PATH, '--json'])\nexcept SystemExit as exc:\n"
                  "    assert not exc.code, exc.code\n"),
     "in_memory": ("import json\nfrom kinject.plugins.knowledge.kg.partition import EntityGraph, graph_stats\n"

@@ -13,14 +13,11 @@ __all__ = ["__version__", "load", "run"]
 
 
 def __getattr__(name: str):
-    """``kinject.run`` (one call runs a spec from Python: :func:`kinject.notebook.run`) and ``kinject.load`` (a run
-    folder as the RunResult run returns: :func:`kinject.results.load`); imported on first use."""
-    if name in ("run", "RunResult"):
-        from kinject import notebook
+    """``kinject.run`` (a run from Python, as `kinject run`), ``kinject.load`` (a run folder as ``run`` returns it) and
+    ``kinject.RunResult``: the `run` command plugin's Python side (its ``python``: kinject's own is
+    :mod:`kinject.plugins.cli.python`), found through the registry on first use."""
+    if name in ("run", "load", "RunResult"):
+        from kinject.registry import registry
 
-        return getattr(notebook, name)
-    if name == "load":  # a run folder made on the command line, as run() returns it
-        from kinject.results import load
-
-        return load
+        return getattr(registry("commands").get("run").python, name)
     raise AttributeError(f"module 'kinject' has no attribute {name!r}")

@@ -1,4 +1,7 @@
-from kinject.cli import main
+"""``python -m kinject``: the `kinject` program, whichever package the distribution's console script names."""
+
+from importlib.metadata import entry_points
 
 if __name__ == "__main__":
-    main()
+    (program,) = entry_points(group="console_scripts", name="kinject")
+    program.load()()

@@ -38,8 +38,8 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     # data files and the disk
     "kinject.io": ("bounded_lines", "capped", "file_digest", "iter_lines", "line_cap", "open_text", "package_folder",
                    "plain"),  # the line reader; the format readers are kinject.tasks
-    "kinject.files": ("atomic_directory", "atomic_file", "atomic_write_text", "check_weights", "check_writable",
-                      "weights_problem"),
+    "kinject.files": ("FAULTS", "atomic_directory", "atomic_file", "atomic_write_text", "check_weights",
+                      "check_writable", "weights_problem"),  # FAULTS: errno -> the one line a disk fault reads as
     # processes, plugins, hooks
     "kinject.distributed": ("barrier", "is_main_process", "rank", "world_size"),
     "kinject.registry": ("BASE_CLASSES", "GROUPS", "SINGULAR", "registry"),  # the plugin kinds

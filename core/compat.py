@@ -87,6 +87,13 @@ MOVED: dict[str, Moved] = {
                    "count_lines first_line progress read_csv_columns read_jsonl read_tsv text_field"),
     # 0.1.0: the dose a stage consumed is the knowledge library's (the kernel asks it through kinject_run_dose)
     **_moved_names("kinject.api", "kinject.plugins.knowledge", "write_dose"),
+    # 0.1.0: the front ends left the kernel: the `kinject` program and `kinject.run` are the built-in command plugin's,
+    # the run log a hook plugin beside the trackers (never promised, but test and tool scripts import them)
+    "kinject.cli": Moved(("kinject.plugins.cli.app",), "0.1.0", "0.2.0"),
+    "kinject.cli.main": Moved(("kinject.plugins.cli.app",), "0.1.0", "0.2.0"),
+    "kinject.hooks.default": Moved(("kinject.plugins.trackers.runlog",), "0.1.0", "0.2.0"),
+    "kinject.notebook": Moved(("kinject.plugins.cli.python",), "0.1.0", "0.2.0"),
+    **_moved_names("kinject.results", "kinject.plugins.cli.python", "load"),
 }
 
 

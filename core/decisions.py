@@ -69,4 +69,17 @@ def prepare_runs(spec: "RunSpec", seeds: list[int] | None = None, *, resume: boo
         run.chosen = chosen
         if chosen is not None:
             run.decided_by["chosen"] = chosen.get("implementation", "")
+    _announce_defaults(runs[0], announce or log.info)
     return runs
+
+
+def _announce_defaults(run: "RunContext", announce: Callable[[str], None]) -> None:
+    """Say the settings decided for the user that the spec did not set: the default training rules, and the facts
+    held out of every knowledge source by default (both in run.json: ``defaults``, ``decided_by``)."""
+    for name, why in run.defaults.items():
+        announce(f"{name}={why} (set it to override)")
+    if "exclude" in run.decided_by and run.holdout is not None:
+        splits = run.spec.knowledge.exclude
+        announce(f"knowledge.exclude=[{', '.join(splits)}]: {run.holdout.facts} facts of {run.task.name}'s "
+                 f"{'/'.join(splits)} items held out of every knowledge source (default of "
+                 f"{run.decided_by['exclude']}; --set knowledge.exclude=[] keeps them)")

@@ -221,8 +221,8 @@ def plugin_code(kind: str, plugin: Any) -> Iterator[None]:
         from kinject.compat import explain_import_error
 
         try:
-            info = registry(kind).info(plugin.name)
-            where = f" from {info.distribution} {info.version}"
+            _, distribution, version = registry(kind).origin(plugin.name)
+            where = f" from {distribution} {version}"
         except KinjectError:
             where = ""
         # kinject's own module or name, in a third party's plugin: say so, not "a package is missing"

@@ -2,22 +2,16 @@
 commands (typer apps or functions: ``kinject NAME``) and hooks (pluggy plugins). Built-ins are declared in
 kinject's pyproject.toml exactly as a third party declares its own.
 
-Listing reads entry-point metadata and the plugin's source text (for its one-line description and to find a
-module that cannot be parsed or imports a missing package); it imports no plugin and no torch. A plugin is
-imported on first ``get``. A plugin that fails to load is reported with its name, distribution and error, and
-breaks nothing else.
+Discovery reads entry-point metadata only (what a listing says of a plugin without importing it is the command
+plugin's, :mod:`kinject.plugins.cli.describe`). A plugin is imported on first ``get``. A plugin that fails to load is
+reported with its name, distribution and error, and breaks nothing else.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
 import importlib
-import importlib.util
-import re
-import sys
 import threading
-from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -44,22 +38,7 @@ BASE_CLASSES = {  # what a plugin of the kind must be (None: anything pluggy or 
 }
 
 
-@dataclass(frozen=True)
-class PluginInfo:
-    """What listing knows about a plugin without importing it."""
-
-    kind: str
-    name: str
-    value: str
-    distribution: str
-    version: str
-    description: str
-    health: str  # "ok" or "broken"
-    error: str = ""
-
-
 _DIST_CACHE: dict = {}  # distribution path -> (name, version); ("api", path) -> (its kinject mismatch, "")
-_IMPORT_RE = re.compile(r"^(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.M)
 
 
 def _dist_of(ep: EntryPoint) -> tuple[str, str]:
@@ -70,80 +49,6 @@ def _dist_of(ep: EntryPoint) -> tuple[str, str]:
     if key not in _DIST_CACHE:  # parsing METADATA is the slow part of listing
         _DIST_CACHE[key] = (dist.metadata["Name"], dist.version)
     return _DIST_CACHE[key]
-
-
-@functools.lru_cache(maxsize=None)
-def _top_level_installed(name: str) -> bool:
-    return name in sys.builtin_module_names or importlib.util.find_spec(name) is not None
-
-
-@functools.lru_cache(maxsize=None)
-def _source(origin: str) -> str:
-    with open(origin, encoding="utf-8") as handle:
-        return handle.read()
-
-
-def _docstring_after(text: str, pattern: str) -> str | None:
-    """First docstring line of the definition matching ``pattern``; None if there is no definition."""
-    signature = r".*?[\w)\]][ \t]*(?:->[^\n]*)?:[ \t]*\n"  # to the colon ending the (multi-line) signature
-    match = re.search(pattern + signature + r"(?:[ \t]*\n)*[ \t]+[rRuU]?(\"\"\"|\'\'\')\s*(.*?)\1", text, re.S | re.M)
-    if match:
-        return match.group(2).strip().splitlines()[0] if match.group(2).strip() else ""
-    return "" if re.search(pattern, text, re.M) else None
-
-
-@functools.lru_cache(maxsize=None)
-def _syntax_error(origin: str, text: str) -> str:
-    """'' when the module's source parses, else the error (file:line: message)."""
-    import ast
-
-    try:
-        ast.parse(text, filename=origin)
-    except SyntaxError as exc:
-        return f"{origin}:{exc.lineno}: SyntaxError: {exc.msg}"
-    return ""
-
-
-def _static_inspect(value: str, depth: int = 0) -> tuple[str, str]:
-    """Find a plugin's docstring and obvious breakage from its source text, without executing it.
-
-    Returns (description, error). Checks: the module is findable and readable, defines the attribute,
-    and every top-level absolute import names an installed package. (Parsing with ``ast`` would be
-    exact but costs most of a listing's time.)
-    """
-    module_name, _, attr = value.partition(":")
-    try:
-        spec = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError) as exc:
-        return "", f"module {module_name!r} not found ({exc})"
-    if spec is None or spec.origin is None:
-        return "", f"module {module_name!r} not found"
-    try:
-        text = _source(spec.origin)
-    except (OSError, UnicodeDecodeError) as exc:
-        return "", f"cannot read {spec.origin}: {exc}"
-    problem = _syntax_error(spec.origin, text)
-    if problem:
-        return "", problem
-    missing = sorted({(a or b).split(".")[0] for a, b in _IMPORT_RE.findall(text)}
-                     - {"__future__"} - {n for n in {(a or b).split(".")[0] for a, b in _IMPORT_RE.findall(text)}
-                                          if _top_level_installed(n)})
-    if missing:
-        return "", f"missing dependency: {', '.join(missing)}"
-    if not attr:
-        doc = re.match(r"\s*(?:#[^\n]*\n\s*)*[rRuU]?(\"\"\"|\'\'\')\s*(.*?)\1", text, re.S)
-        return (doc.group(2).strip().splitlines()[0] if doc and doc.group(2).strip() else ""), ""
-    first = re.escape(attr.split(".")[0])
-    doc = _docstring_after(text, rf"^(?:class|def)[ \t]+{first}\b")
-    if doc is not None:
-        return doc, ""
-    moved = re.search(rf"^from[ \t]+(\w[\w.]*)[ \t]+import[^\n]*\b{first}\b", text, re.M)
-    if moved and depth < 3:  # a re-export (``from kinject.tasks.gad import GADTask``): the defining module's doc
-        return _static_inspect(f"{moved.group(1)}:{attr}", depth + 1)[0], ""
-    if re.search(rf"^{first}[ \t]*[:=]|^(?:from|import)[^\n]*\b{first}\b", text, re.M):
-        helped = re.search(rf"^{first}[ \t]*=[^\n]*\((?:[^()]|\n)*?\bhelp=([\"'])(.*?)\1", text, re.M)  # a typer app
-        return (helped.group(2) if helped else ""), ""
-    return "", f"{module_name} defines no {attr!r}"
 
 
 class Registry:
@@ -201,23 +106,22 @@ class Registry:
             self._loaded.pop(name, None)
             _NAMES.clear()
 
-    def info(self, name: str) -> PluginInfo:
+    def origin(self, name: str) -> tuple[str, str, str]:
+        """(``module:attr``, distribution, version) of a plugin, from its entry point without importing it; a plugin
+        registered in-process is ``(in-process)``."""
         if name in self._extra:
             obj = self._extra[name]
-            doc = (obj.__doc__ or "").strip().splitlines()
-            return PluginInfo(self.kind, name, f"{obj.__module__}:{obj.__qualname__}", "(in-process)", "",
-                              doc[0] if doc else "", "ok")
+            return f"{obj.__module__}:{obj.__qualname__}", "(in-process)", ""
         ep = self._entry_points().get(name)
         if ep is None:
             raise self.unknown(name)
-        dist, version = _dist_of(ep)
-        description, error = _static_inspect(ep.value)
-        error = self.duplicates(name) or _api_mismatch(ep) or error
-        return PluginInfo(self.kind, name, ep.value, dist, version, description,
-                          "broken" if error else "ok", error)
+        return (ep.value, *_dist_of(ep))
 
-    def infos(self) -> list[PluginInfo]:
-        return [self.info(name) for name in self.names()]
+    def refusal(self, name: str) -> str:
+        """'' unless the plugin may not load whatever its code: two distributions register its name, or its
+        distribution declares a kinject this is not."""
+        ep = self._entry_points().get(name)
+        return "" if ep is None else self.duplicates(name) or _api_mismatch(ep)
 
     def unknown(self, name: str) -> UnknownNameError:
         names = self.names()
@@ -239,7 +143,7 @@ class Registry:
                 if ep is None:
                     raise self.unknown(name)
                 dist, version = _dist_of(ep)
-                refused = self.duplicates(name) or _api_mismatch(ep)
+                refused = self.refusal(name)
                 if refused:
                     raise PluginLoadError(f"{SINGULAR[self.kind]} {name!r}: {refused}" if refused.startswith(
                         "registered") else f"{SINGULAR[self.kind]} {name!r} from {dist} {version} {refused}")

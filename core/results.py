@@ -87,27 +87,3 @@ def print_metrics(console, title: str, metrics: dict, splits: list[str] | tuple[
     for name, section in metrics.items():
         if name not in shown:
             show(console=console, name=name, section=section)
-
-
-def load(run_dir) -> Any:
-    """A run folder that ``kinject run`` (or ``--repeats``, or a grid cell) wrote, as :class:`kinject.RunResult`:
-    its metrics.json by split, ``.output`` the folder. A folder without a readable metrics.json mapping is one line
-    (a :class:`kinject.errors.DataError` naming it)."""
-    import json
-    from pathlib import Path
-
-    from kinject.errors import DataError, DataMissingError
-    from kinject.notebook import RunResult
-
-    folder = Path(run_dir).expanduser()
-    path = folder / "metrics.json"
-    if not path.is_file():
-        raise DataMissingError("no metrics.json: not a finished run folder (kinject run writes it last)",
-                               folder if not folder.is_dir() else path)
-    try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DataError(f"not readable JSON ({exc})", path) from None
-    if not isinstance(metrics, dict):
-        raise DataError(f"expected a mapping of split -> metrics, got a {type(metrics).__name__}", path)
-    return RunResult(metrics, folder)

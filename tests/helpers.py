@@ -29,7 +29,7 @@ def wait_until(predicate, what: str, seconds: float = 900, process: subprocess.P
 
 def run_kinject(*args: str) -> int:
     """Run the kinject CLI in-process; return its exit code."""
-    from kinject.cli.main import main
+    from kinject.plugins.cli.app import main
 
     try:
         main(list(args))
@@ -98,7 +98,7 @@ def assert_user_error(result: subprocess.CompletedProcess, *needles: str) -> Non
         assert needle in errors[0], errors[0]
 
 
-TOOLS = ("plugins.evidence", ".report", ".analysis", ".cli", "kinject.cli", "matplotlib")
+TOOLS = ("plugins.evidence", ".report", ".analysis", ".cli", "matplotlib")
 
 
 def plans(tmp_path: Path, textcls_dir: Path) -> dict[str, object]:

@@ -1,7 +1,8 @@
 """Lifecycle hooks (pluggy): third parties observe runs through the ``kinject.hooks`` entry-point group.
 
-A hook plugin is a module or object with functions marked ``@hookimpl`` whose names match the specs
-in :mod:`kinject.hooks.specs`. kinject's own run log is such a plugin (``kinject.hooks.default``).
+A hook plugin is a module or object with functions marked ``@hookimpl`` whose names match the specs in
+:mod:`kinject.hooks.specs`. kinject's own run log is such a plugin (``runlog``:
+:mod:`kinject.plugins.trackers.runlog`).
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ def _load(pm: pluggy.PluginManager) -> None:
             pm.register(hooks.get(name), name=name)
         except Exception as exc:
             pm.set_blocked(name)
-            info = hooks.info(name)
-            if (name, info.distribution) not in _WARNED:
-                _WARNED.add((name, info.distribution))
+            _, distribution, version = hooks.origin(name)
+            if (name, distribution) not in _WARNED:
+                _WARNED.add((name, distribution))
                 reason = str(exc) if isinstance(exc, PluginLoadError) else \
-                    f"hook plugin {name!r} from {info.distribution} {info.version}: {type(exc).__name__}: {exc}"
+                    f"hook plugin {name!r} from {distribution} {version}: {type(exc).__name__}: {exc}"
                 log.warning("%s; skipped, the run goes on", reason)
 
 

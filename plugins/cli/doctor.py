@@ -28,6 +28,7 @@ def doctor():
     from rich.table import Table
 
     from kinject.api import GROUPS, __version__, default_cache_dir, default_data_dir, offline, registry
+    from kinject.plugins.cli.describe import plugin_infos
 
     console = Console()
     table = Table(title="environment", title_justify="left", show_header=False)
@@ -59,7 +60,7 @@ def doctor():
     for col in ("kind", "name", "distribution", "version", "health"):
         plugins.add_column(col, overflow="fold")
     for kind in GROUPS:
-        for meta in registry(kind).infos():
+        for meta in plugin_infos(kind):
             error = meta.error or registry(kind).check(meta.name)
             plugins.add_row(kind, escape(meta.name), escape(meta.distribution), escape(meta.version),
                             "[green]ok[/]" if not error else f"[red]broken[/]: {escape(error)}")

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from kinject.api import GROUPS, KinjectError, UnknownNameError, registry
+from kinject.plugins.cli.describe import plugin_info, plugin_infos
 
 KINDS = list(GROUPS)
 TASK_KINDS = {"sequence": "sequence (classification, pairs, retrieval)", "token": "token (NER, PICO)"}
@@ -62,7 +63,7 @@ def print_plugins(kind: str | None = None, check: bool = False, console=None) ->
         strategies = k == "strategies"
         for col in ("name", "description", *(["tasks"] if strategies else []), "distribution", "version", "health"):
             table.add_column(col, overflow="fold")
-        for info in registry(k).infos():
+        for info in plugin_infos(k):
             error = info.error or (registry(k).check(info.name) if check else "")
             health = "[green]ok[/]" if not error else f"[red]broken[/]: {escape(error)}"
             moved = "" if error or info.distribution == "kinject" else deprecated_imports(info.value)
@@ -99,20 +100,22 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
     from kinject.api import BASE_CLASSES, SINGULAR
 
     out = pipe_console()  # piped: each field one line
-    kinds = [kind] if kind else [k for k in KINDS if BASE_CLASSES[k]]
+    kinds = [kind] if kind else KINDS
     matches = [k for k in kinds if name in registry(k).names()]
+    if not kind and any(BASE_CLASSES[k] for k in matches):  # a strategy and a command of one name: the strategy
+        matches = [k for k in matches if BASE_CLASSES[k]]
     if not matches:
         every = sorted({n for k in kinds for n in registry(k).names()})
         close = difflib.get_close_matches(name, every, n=3, cutoff=0.5)
         raise UnknownNameError(f"unknown plugin {name!r}." + (f" Did you mean {' or '.join(map(repr, close))}?"
                                                                if close else ""))
     for k in matches:
-        cls = registry(k).get(name)
-        meta = registry(k).info(name)
-        if BASE_CLASSES[k] is None:  # a command or hook plugin: no config
+        meta = plugin_info(k, name)
+        if BASE_CLASSES[k] is None:  # a command or hook plugin: no config (not imported: its description is read)
             out.print(f"[bold]{escape(name)}[/] ({SINGULAR[k]}, {escape(meta.distribution)} "
                       f"{escape(meta.version)}): {escape(meta.description)}", highlight=False)  # text, not markup
             continue
+        cls = registry(k).get(name)
         out.print(f"[bold]{escape(name)}[/] ({SINGULAR[k]}, {escape(meta.distribution)} {escape(meta.version)}): "
                   f"{escape(cls.summary())}", highlight=False)
         table = Table()

@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from kinject.plugins.cli import python
+
 console = Console()
 
 
@@ -140,18 +142,16 @@ def run(ctx: typer.Context,
                                      "why a miss), run nothing"),
         debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Run a strategy on a task: cached stages, run.json, metrics.json, predictions/, model/ (safetensors)."""
-    from kinject.api import (check_output, default_output, execute, execute_repeats, is_main_process, prepare_runs,
-                             print_metrics)
+    from kinject.api import is_main_process, print_metrics
+    from kinject.plugins.cli.python import execute_runs, prepared
 
     if quick:
         sets = [*(sets or []), "protocol=quick"]
         limit = limit or 64
     spec = _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir)
-    out = Path(spec.output) if spec.output else default_output(spec)
-    seeds = [spec.seed + i for i in range(repeats)]
-    runs = prepare_runs(spec, seeds, resume=resume, command=["kinject", *_typed(ctx)], dry_run=dry_run,
-                        announce=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
-    check_output(out, runs[0].env)  # a folder a run may replace: before anything runs
+    runs, out = prepared(spec, repeats, resume=resume, command=["kinject", *_typed(ctx)], dry_run=dry_run,
+                         announce=lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+    seeds = [run.spec.seed for run in runs]
     if dry_run:
         _dry_run(runs[0])
         return
@@ -166,23 +166,14 @@ def run(ctx: typer.Context,
         shown = ", ".join(f"{k}={v}" for k, v in first.recommended.items())
         console.print(f"task {spec.task.name}: recommended settings {shown} (set any of them to override; "
                       "--set recommended=false for none)", markup=False, highlight=False)
-    for name, why in first.defaults.items():
-        console.print(f"{name}={why} (set it to override)", markup=False, highlight=False)
-    if repeats == 1:
-        metrics = execute(first, out)
-        if not is_main_process():
-            return
-        if first.members:
-            console.print_json(data=metrics)
-        else:
-            print_metrics(console, f"metrics ({out})", metrics, _splits(first))
+    metrics = execute_runs(runs, out)
+    if not is_main_process():
         return
-    summary = execute_repeats(runs, out)
-    if is_main_process():
-        if first.members:
-            console.print_json(data=summary)
-        else:
-            print_metrics(console, f"mean ± std over {repeats} seeds ({out})", summary, _splits(first))
+    if first.members:
+        console.print_json(data=metrics)
+    else:
+        title = f"metrics ({out})" if repeats == 1 else f"mean ± std over {repeats} seeds ({out})"
+        print_metrics(console, title, metrics, _splits(first))
 
 
 def _splits(run) -> list[str] | None:
@@ -193,3 +184,4 @@ def _splits(run) -> list[str] | None:
 
 
 run.rank = 3  # `kinject --help` lists kinject's own commands first
+run.python = python  # this command from Python: kinject.run, kinject.load, kinject.RunResult

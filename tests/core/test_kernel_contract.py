@@ -136,11 +136,11 @@ def outside(tmp_path, monkeypatch):
 
 
 def test_an_unparsable_plugin_is_listed_broken_and_others_still_run(outside):
-    from kinject.registry import registry
+    from kinject.plugins.cli.describe import plugin_info
 
-    info = registry("strategies").info("unparsable")
+    info = plugin_info("strategies", "unparsable")
     assert info.health == "broken" and "SyntaxError" in info.error and "outside_broken.py:1" in info.error
-    assert registry("strategies").info("finetune").health == "ok"
+    assert plugin_info("strategies", "finetune").health == "ok"
 
 
 def test_an_import_error_in_a_plugin_s_code_is_one_line(outside, tmp_path, textcls_dir, tiny_model, capsys):

@@ -1,9 +1,7 @@
-"""Registries: lazy listing (no plugin or torch import), broken plugins, did-you-mean."""
+"""The plugin registry: entry points found without importing a plugin; a plugin that fails to load, or is not of
+its kind, refused in one line naming its distribution; where a plugin comes from; did-you-mean."""
 
 from __future__ import annotations
-
-import subprocess
-import sys
 
 import pytest
 
@@ -35,14 +33,13 @@ def broken_dist(tmp_path, monkeypatch):
         registry(kind).refresh()
 
 
-def test_listing_reports_broken_plugins_without_breaking_others(broken_dist):
+def test_loading_refuses_a_broken_plugin_in_one_line_and_breaks_no_other(broken_dist):
     reg = Registry("strategies")
-    infos = {i.name: i for i in reg.infos()}
-    assert infos["finetune"].health == "ok" and infos["finetune"].distribution == "kinject"
-    assert infos["needs_missing"].health == "broken"
-    assert "package_that_is_not_installed" in infos["needs_missing"].error
-    assert infos["needs_missing"].distribution == "kinject-broken-plugins" and infos["needs_missing"].version == "1.2.3"
-    # static inspection cannot see a raise at import time; loading does, and names the distribution
+    assert reg.origin("needs_missing") == ("broken_needs:Strategy", "kinject-broken-plugins", "1.2.3")
+    assert reg.origin("finetune")[1] == "kinject" and reg.refusal("needs_missing") == ""
+    with pytest.raises(PluginLoadError, match=r"'needs_missing' from kinject-broken-plugins 1.2.3 failed to import: "
+                                              r"ModuleNotFoundError: No module named 'package_that_is_not_installed'"):
+        reg.get("needs_missing")
     with pytest.raises(PluginLoadError, match=r"'raises_on_import' from kinject-broken-plugins 1.2.3 failed "
                                               r"to import: RuntimeError: boom at import"):
         reg.get("raises_on_import")
@@ -54,46 +51,3 @@ def test_listing_reports_broken_plugins_without_breaking_others(broken_dist):
 def test_did_you_mean():
     with pytest.raises(UnknownNameError, match=r"unknown strategy 'fintune'. Did you mean 'finetune'\?"):
         Registry("strategies").get("fintune")
-
-
-def test_list_imports_no_plugin_and_no_torch():
-    code = ("import sys\nfrom kinject.cli import main\n"
-            "try:\n    main(['list'])\nexcept SystemExit:\n    pass\n"
-            "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('kinject.tasks.', 'kinject.plugins.',"
-            " 'transformers')) and not m.startswith('kinject.plugins.cli.')"  # the list command itself
-            " and not hasattr(sys.modules[m], '__path__')]\nprint('IMPORTED', bad)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert "finetune" in out.stdout
-    assert "IMPORTED []" in out.stdout, out.stdout[-500:]
-
-
-def test_list_health_check_in_cli(broken_dist, capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "400")
-    from kinject.cli.main import main
-
-    with pytest.raises(SystemExit) as exit_info:
-        main(["list", "strategies", "--check"])
-    assert exit_info.value.code in (0, None)
-    out = capsys.readouterr().out
-    assert "needs_missing" in out and "missing dependency" in out
-    assert "boom at import" in out and "is not a Strategy" in out
-
-
-def test_listing_describes_commands_without_importing_them(tmp_path, monkeypatch):
-    """A command's description comes from its source text: a function's docstring after a signature over several
-    lines, or a typer app's help; nothing is imported (the module would raise)."""
-    from kinject.registry import _static_inspect
-
-    (tmp_path / "listed_cmds.py").write_text(
-        'import typer\nraise RuntimeError("imported")\n\n'
-        'def hello(name: str = typer.Option("x", "--name",\n'
-        '                                   help="who"),\n'
-        '          loud: bool = typer.Option(False)) -> None:\n'
-        '    """Say hello to NAME."""\n\n'
-        'app = typer.Typer(add_completion=False,\n'
-        '                  help="Greetings: hello, bye.")\n')
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert _static_inspect("listed_cmds:hello") == ("Say hello to NAME.", "")
-    assert _static_inspect("listed_cmds:app") == ("Greetings: hello, bye.", "")
-    assert _static_inspect("listed_cmds:missing")[1] == "listed_cmds defines no 'missing'"
-    assert "listed_cmds" not in sys.modules

@@ -276,7 +276,7 @@ def test_eval_steps_announce_dev_scores_without_changing_the_key(finished, tmp_p
 def test_broken_command_plugin_says_why(monkeypatch, capsys):
     from importlib.metadata import EntryPoint
 
-    import kinject.cli.main as cli
+    import kinject.plugins.cli.app as cli
     import kinject.registry as registry_module
 
     broken = EntryPoint(name="brokencmd", value="kinject_no_such_module:app", group="kinject.commands")

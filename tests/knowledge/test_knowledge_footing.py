@@ -241,3 +241,26 @@ def test_a_malformed_exclude_file_line_names_file_and_line(tmp_path, textcls_dir
     line = one_line_error(capsys, ["run", "finetune", "--task", "textcls", "--set", f"task.path={textcls_dir}",
                                    "--model", "tiny", "--set", f"knowledge.exclude_file={facts}"])
     assert f"{facts}:2" in line
+
+
+def test_the_default_hold_out_is_announced_in_every_entry_point(tmp_path, tiny_model, capsys, caplog):
+    """The hold-out decided for the user is said where the user reads: `kinject run`'s console, and the ``kinject``
+    log of a run from Python (a grid cell's log too: all take prepare_runs); a hold-out the user set is not."""
+    import logging
+
+    from helpers import run_kinject
+
+    args = ("kimera", "--task", "hpo-isa", "--model", "tiny", "--dry-run", "-o", str(tmp_path / "run"),
+            "--set", "choose=false")
+    assert run_kinject("run", *args) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("knowledge.exclude=")]
+    assert len(said) == 1 and said[0].startswith("knowledge.exclude=[dev, test]: ") and " facts of hpo-isa's " \
+        "dev/test items held out of every knowledge source (default of knowledge " in said[0], said
+    assert run_kinject("run", *args, "--set", "knowledge.exclude=[]") == 0
+    assert "knowledge.exclude=" not in capsys.readouterr().out
+    with caplog.at_level(logging.INFO, logger="kinject"):
+        from kinject.api import build_spec, prepare_runs
+
+        prepare_runs(build_spec({"strategy": {"name": "kimera"}, "task": {"name": "hpo-isa"},
+                                 "model": {"name": "tiny"}, "choose": False}))
+    assert any(r.getMessage().startswith("knowledge.exclude=[dev, test]: ") for r in caplog.records)

@@ -194,7 +194,7 @@ def test_blurb_score_is_macro_over_task_types_and_names_missing():
 
 @pytest.mark.slow
 def test_blurb_group_runs_available_members_and_skips_missing(tmp_path, tiny_model, capsys):
-    from kinject.cli.main import main
+    from kinject.plugins.cli.app import main
 
     text = "pair_id\tsent1\tsent2\tscore\n" + "".join(f"p{i}\tgene {i}\tprotein {i}\t{i % 5}\n" for i in range(6))
     write_splits(tmp_path / "data" / "biosses", text)

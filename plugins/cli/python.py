@@ -1,12 +1,13 @@
-"""Runs from Python, one call each (a notebook, a script): ``kinject.run(...)`` is ``kinject run`` - the same spec,
-validation, cache and run folder - returning the metrics instead of printing them. The engine's stage lines go to
-the standard ``logging`` logger ``kinject`` (``logging.basicConfig(level=logging.INFO)`` shows them)."""
+"""kinject from Python (a notebook, a script), one call each: :func:`run` is ``kinject run`` - the same spec,
+decisions, validation, cache and run folder, through the same steps (:func:`prepared`, :func:`execute_runs`) -
+returning the metrics instead of printing them; :func:`load` reads a finished run folder the same way. Reached as
+``kinject.run``, ``kinject.load`` and ``kinject.RunResult`` (the `run` command's ``python``). The engine's stage lines
+go to the standard ``logging`` logger ``kinject`` (``logging.basicConfig(level=logging.INFO)`` shows them)."""
 
 from __future__ import annotations
 
-
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 class RunResult(dict):
@@ -56,8 +57,7 @@ def run(strategy: str, task: str | None = None, model: str | None = None, *, ove
     "data/"}``; values are Python values); ``config``: a YAML run spec they apply to; ``quick``: the strategy's quick
     protocol and 64 examples per split. Errors are :class:`kinject.errors.KinjectError` (one line, naming the field).
     """
-    from kinject import engine, outputs
-    from kinject.spec_input import build_spec, load_spec_file
+    from kinject.api import build_spec, load_spec_file
 
     _check_arguments(overrides, repeats)
 
@@ -81,20 +81,56 @@ def run(strategy: str, task: str | None = None, model: str | None = None, *, ove
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = str(value) if isinstance(value, Path) else value
-    spec = build_spec(data)
-    out = Path(spec.output) if spec.output else outputs.default_output(spec)
-    from kinject.decisions import prepare_runs  # the automatic decisions, as in every entry point
+    runs, out = prepared(build_spec(data), repeats, resume=resume, command=["kinject.run", strategy])
+    return RunResult(execute_runs(runs, out), out)
 
-    runs = prepare_runs(spec, [spec.seed + i for i in range(repeats)], resume=resume,
-                        command=["kinject.run", strategy])
-    outputs.check_output(out, runs[0].env)
-    metrics = engine.execute(runs[0], out) if repeats == 1 else engine.execute_repeats(runs, out)
-    return RunResult(metrics, out)
+
+def prepared(spec: Any, repeats: int, *, resume: bool, command: list[str],
+             announce: Callable[[str], None] | None = None, dry_run: bool = False) -> tuple[list, Path]:
+    """The steps every way of running a spec shares (`kinject run`, :func:`run`): the automatic decisions and one
+    prepared run per seed (``repeats`` seeds from the spec's), and the run folder checked - a folder a run may replace -
+    before anything runs. Returns (the prepared runs, the run folder)."""
+    from kinject.api import check_output, default_output, prepare_runs
+
+    out = Path(spec.output) if spec.output else default_output(spec)
+    runs = prepare_runs(spec, [spec.seed + i for i in range(repeats)], resume=resume, command=command,
+                        announce=announce, dry_run=dry_run)
+    check_output(out, runs[0].env)
+    return runs, out
+
+
+def execute_runs(runs: list, out: Path) -> dict:
+    """Run prepared runs into ``out``: one run's metrics, or over several seeds their summary (mean ± std)."""
+    from kinject.api import execute, execute_repeats
+
+    return execute(runs[0], out) if len(runs) == 1 else execute_repeats(runs, out)
+
+
+def load(run_dir) -> Any:
+    """A run folder that ``kinject run`` (or ``--repeats``, or a grid cell) wrote, as :class:`kinject.RunResult`:
+    its metrics.json by split, ``.output`` the folder. A folder without a readable metrics.json mapping is one line
+    (a :class:`kinject.errors.DataError` naming it)."""
+    import json
+
+    from kinject.api import DataError, DataMissingError
+
+    folder = Path(run_dir).expanduser()
+    path = folder / "metrics.json"
+    if not path.is_file():
+        raise DataMissingError("no metrics.json: not a finished run folder (kinject run writes it last)",
+                               folder if not folder.is_dir() else path)
+    try:
+        metrics = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"not readable JSON ({exc})", path) from None
+    if not isinstance(metrics, dict):
+        raise DataError(f"expected a mapping of split -> metrics, got a {type(metrics).__name__}", path)
+    return RunResult(metrics, folder)
 
 
 def _check_arguments(overrides: Any, repeats: Any) -> None:
     """``kinject.run``'s arguments that no spec field checks: one line (a SpecError) naming the argument."""
-    from kinject.errors import SpecError
+    from kinject.api import SpecError
 
     if overrides is not None and not isinstance(overrides, dict):
         hint = " (a list of --set items: write them as {\"training.epochs\": 1})" if isinstance(overrides, (list, tuple)) \

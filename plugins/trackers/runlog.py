@@ -1,10 +1,12 @@
-"""kinject's own observer: writes lifecycle events to the ``kinject`` logger (the run log)."""
+"""kinject's run log: lifecycle events (run, stage, metrics) to the ``kinject`` logger.
+
+The hook plugin ``runlog``; the logger goes to the console and to the run folder's kinject.log."""
 
 from __future__ import annotations
 
 import logging
 
-from kinject.hooks.specs import hookimpl
+from kinject.api import hookimpl
 
 
 log = logging.getLogger("kinject")

@@ -1,6 +1,7 @@
-"""`kinject` entry point: the typer app, every command from the ``kinject.commands`` entry-point group (kinject's
-own as a third party's: `run`, `list`, `info` and `doctor` come from :mod:`kinject.plugins.cli`, `eval`, `kg`, ...
-from their libraries), and one-line user errors (exit code 2; a traceback only with --debug).
+"""The `kinject` program (the console script; ``python -m kinject`` runs it too): the typer app that every command
+from the ``kinject.commands`` entry-point group joins (kinject's own as a third party's: `run`, `list`, `info` and
+`doctor` come from this package, `eval`, `kg`, ... from their libraries), and one-line user errors (exit code 2; a
+traceback only with --debug). A front end on the kernel's front door, not part of the kernel.
 
 A command reads the command line as typed from its context (a ``typer.Context`` parameter):
 ``ctx.find_root().obj["argv"]``.
@@ -14,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kinject.registry import registry
+from kinject.api import registry
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -26,7 +27,7 @@ def _add_command_plugins() -> None:
     """Commands from the ``kinject.commands`` plugins (a typer app: a command group; a function: one command), those
     with a ``rank`` first (lower first; `kinject --help` lists them so), then by name; one that fails to import stays
     visible and says why when used."""
-    from kinject.errors import KinjectError
+    from kinject.api import KinjectError
 
     commands, loaded = registry("commands"), []
     for name in commands.names():
@@ -46,7 +47,7 @@ def _add_command_plugins() -> None:
 def _served_fast(argv: list[str]) -> bool:
     """Whether the command ``argv`` names served it with its own ``fast(args)``, before the other commands load
     (`kinject list`: about half the start-up time); False when it has none or declined (``--help``, say)."""
-    from kinject.errors import KinjectError
+    from kinject.api import KinjectError
 
     commands = registry("commands")
     if not argv or argv[0] not in commands.names():
@@ -59,7 +60,7 @@ def _served_fast(argv: list[str]) -> bool:
 
 
 def _add_broken_command(name: str, message: str) -> None:
-    from kinject.errors import PluginLoadError
+    from kinject.api import PluginLoadError
 
     @app.command(name, help=f"[broken] {message}", add_help_option=False,
                  context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     import os
     import warnings
 
-    from kinject.errors import KinjectError
+    from kinject.api import KinjectError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     # oneDNN (bf16 matmuls on a CPU) caches a primitive per batch shape, 1024 by default: with length-bucketed
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         for pattern in _NOISY_WARNINGS:
             warnings.filterwarnings("ignore", message=pattern)
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from kinject.errors import Interrupted
+    from kinject.api import Interrupted
 
     Interrupted.install()  # Ctrl-C / SIGTERM raise Interrupted (click would make a KeyboardInterrupt "Aborted!", exit 1)
     try:
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except OSError as exc:  # the disk refused a write outside a stage (a log file, a summary): still one line
-        from kinject.files import FAULTS
+        from kinject.api import FAULTS
 
         if debug or exc.errno not in FAULTS:
             raise

@@ -10,6 +10,7 @@ import sys
 
 from rich.console import Console
 
+from kinject.plugins.cli.describe import plugin_info
 from kinject.plugins.cli.listing import pipe_console
 from kinject.registry import GROUPS, registry
 
@@ -25,8 +26,8 @@ def _piped(*args: str) -> list[str]:
 def _fresh_infos() -> dict[str, list[list[str]]]:
     """kind -> [name, description] as a fresh process sees the installed plugins (this test process may hold
     other tests' fake distributions)."""
-    code = ("import json; from kinject.registry import GROUPS, registry; "
-            "print(json.dumps({k: [[i.name, i.description] for i in registry(k).infos()] for k in GROUPS}))")
+    code = ("import json; from kinject.registry import GROUPS; from kinject.plugins.cli.describe import plugin_infos; "
+            "print(json.dumps({k: [[i.name, i.description] for i in plugin_infos(k)] for k in GROUPS}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -53,7 +54,7 @@ def test_list_piped_gives_each_plugin_one_line_with_its_whole_description():
 
 
 def test_gad_has_a_description():
-    assert registry("tasks").info("gad").description.startswith("GAD")
+    assert plugin_info("tasks", "gad").description.startswith("GAD")
 
 
 def test_info_piped_keeps_each_field_and_its_description_on_one_line():

@@ -62,6 +62,11 @@ def test_info_and_doctor():
     assert_user_error(cli("info", "textclz"), "Did you mean 'textcls'")
     relation = cli("info", "chemprot")  # a description with "[E1]..[/E1]" is text, not rich markup
     assert relation.returncode == 0 and "entity_style" in relation.stdout, relation.stderr
+    command = cli("info", "eval")  # a command (no config): its description, read without importing it
+    assert command.returncode == 0 and command.stdout.startswith("eval (command, kinject ") and "Evaluate a saved" \
+        in command.stdout, command.stderr
+    hook = cli("info", "runlog")
+    assert hook.returncode == 0 and hook.stdout.startswith("runlog (hook plugin, kinject ") and "run log" in hook.stdout
     doctor = cli("doctor")
     assert doctor.returncode == 0
     for needle in ("transformers", "offline", "data dir", "finetune", "device"):

@@ -61,3 +61,29 @@ def data_dir() -> Path:
 @pytest.fixture
 def textcls_dir(tmp_path) -> Path:
     return write_textcls(tmp_path / "textcls")
+
+
+@pytest.fixture
+def broken_dist(tmp_path, monkeypatch):
+    """An installed distribution of three broken strategies: one imports a missing package, one raises at import,
+    one is not a Strategy (the registry's and the listing's tests)."""
+    from helpers import fake_distribution
+
+    root = fake_distribution(tmp_path / "site", "kinject-broken-plugins", """
+        [kinject.strategies]
+        needs_missing = broken_needs:Strategy
+        raises_on_import = broken_raises:Strategy
+        not_a_strategy = broken_wrong:Strategy
+        """, {
+        "broken_needs": '"""doc"""\nimport package_that_is_not_installed\nclass Strategy:\n    """Needs a missing package."""\n',
+        "broken_raises": 'from kinject.interfaces import Strategy as _S\nraise RuntimeError("boom at import")\nclass Strategy(_S):\n    """Raises."""\n',
+        "broken_wrong": 'class Strategy:\n    """Not a kinject Strategy."""\n',
+    })
+    monkeypatch.syspath_prepend(str(root))
+    from kinject.registry import GROUPS, registry
+
+    for kind in GROUPS:  # the process-wide registries cache what they discovered
+        registry(kind).refresh()
+    yield root
+    for kind in GROUPS:
+        registry(kind).refresh()

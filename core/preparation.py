@@ -1,6 +1,7 @@
 """Preparing a run: everything that can fail on user input fails here (:func:`prepare`), before any stage starts
-or anything is written - the spec's presets (a strategy's protocol, a task's recommended values), the task, strategy
-and sources looked up and checked, the facts held out of every source, the strategy's stage plan checked."""
+or anything is written - the settings a run starts from (``kinject_start_settings``: a strategy's protocol, a task's
+recommended values), the task, strategy and sources looked up and checked, the facts held out of every source, the
+strategy's stage plan checked."""
 
 from __future__ import annotations
 
@@ -88,13 +89,11 @@ def _resolve_model(spec: RunSpec, env: Environment) -> str:
 def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = None) -> RunContext:
     """Resolve and check everything that can fail on user input - spec, data, sources, the strategy's
     own checks and its stage plan - before any stage starts or anything is written."""
-    spec, protocol = _apply_protocol(spec)
-    task, strategy, sources = resolve_components(spec)
-    applied: dict[str, Any] = {}
-    if task is not None and not isinstance(task, TaskGroup):
-        from kinject.spec import apply_recommended
+    from kinject.decisions import first_answer
 
-        spec, applied = apply_recommended(spec, type(task).recommended)
+    started, by = first_answer("kinject_start_settings", spec=spec)  # protocol, recommended: the training library's
+    spec, protocol, applied = started if started is not None else (spec, {}, {})
+    task, strategy, sources = resolve_components(spec)
     spec = resolve_precision(spec)
     env = make_environment(spec)
     from kinject.files import check_writable
@@ -103,6 +102,8 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     model_path = _resolve_model(spec, env)
     run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,
                      resume=resume, command=command, recommended=applied, protocol=protocol)
+    if protocol or applied:
+        run.decided_by["presets"] = by
     for name in spec.hooks:  # every hook's settings checked before any data is read
         run.hook_settings(name)
     _default_exclude(run)
@@ -231,51 +232,6 @@ def plugin_code(kind: str, plugin: Any) -> Iterator[None]:
             raise PluginLoadError(f"{SINGULAR[kind]} {plugin.name!r}{where} {moved}") from None
         raise PluginLoadError(f"{SINGULAR[kind]} {plugin.name!r}{where}: {type(exc).__name__}: {exc} (a package it "
                               "needs is missing or broken)") from None
-
-
-def _apply_protocol(spec: RunSpec) -> tuple[RunSpec, dict[str, Any]]:
-    """The spec with its strategy's ``protocol`` preset applied (``kinject``: none)."""
-    from kinject.errors import UnknownNameError
-    from kinject.spec import apply_protocol
-
-    if spec.protocol == "kinject":
-        return spec, {}
-    try:
-        cls = registry("strategies").get(spec.strategy.name)
-    except UnknownNameError as exc:
-        raise type(exc)(f"strategy.name: {exc}") from None
-    presets = cls.protocols.get(spec.protocol)
-    if presets is None and spec.protocol == "quick":  # --quick works for a strategy that declares no quick protocol
-        log.info("protocol quick: strategy %r declares none; its stages keep their own budgets, fine-tuning gets "
-                 "training.max_steps=30", spec.strategy.name)
-        presets = QUICK
-    if presets is None:
-        known = ", ".join(["kinject", *cls.protocols])
-        raise SpecError(f"protocol: strategy {spec.strategy.name!r} has no {spec.protocol!r} protocol (has: {known})")
-    check_protocol(cls, spec.protocol, presets)
-    return apply_protocol(spec, presets)
-
-
-#: ``--quick`` for a strategy without a quick protocol of its own
-QUICK: dict[str, dict[str, Any]] = {"training": {"max_steps": 30}}
-
-
-def check_protocol(cls: type, name: str, presets: dict) -> None:
-    """A protocol preset names real fields: sections strategy / model / training, each key a field of the strategy's
-    config, ModelSpec or TrainingSpec (a dotted ``--set``-style key, or a typo, would silently do nothing)."""
-    from kinject.spec import ModelSpec, TrainingSpec
-
-    fields = {"strategy": cls.Config.model_fields, "model": ModelSpec.model_fields,
-              "training": TrainingSpec.model_fields}
-    for section, values in presets.items():
-        where = f"strategy {cls.name or cls.__name__!r}'s protocol {name!r}"
-        if section not in fields:
-            raise SpecError(f"protocol: {where} has a section {section!r}; a protocol sets strategy, model and "
-                            "training fields ({section: {field: value}})")
-        unknown = [k for k in (values or {}) if k not in fields[section]]
-        if unknown:
-            raise SpecError(f"protocol: {where} sets {section}.{unknown[0]}, which is no field of {section} "
-                            f"(fields: {', '.join(sorted(fields[section]))})")
 
 
 def _prepare_members(run: RunContext) -> list[tuple[str, RunContext | None, str]]:

@@ -155,41 +155,6 @@ def resolve_precision(spec: "RunSpec") -> "RunSpec":
     return spec.model_copy(update={"training": training})
 
 
-def apply_preset(spec: "RunSpec", preset: dict[str, dict[str, Any]],
-                 count_as_set: bool) -> tuple["RunSpec", dict[str, Any]]:
-    """``spec`` with a preset (``{"strategy"|"model"|"training": {field: value}}``) applied to every field the spec
-    does not set; returns (spec, {field path: value applied}). The one loop behind a task's ``recommended`` values
-    (``count_as_set=False``: a protocol or the user still overrides them) and a strategy's protocols (``True``: the
-    applied fields count as set, so a task's recommended values do not override them)."""
-    applied: dict[str, Any] = {}
-    update: dict[str, Any] = {}
-    for section in ("model", "training"):
-        current = getattr(spec, section)
-        values = {k: v for k, v in preset.get(section, {}).items() if k not in current.model_fields_set}
-        if values:
-            update[section] = type(current).model_validate({**current.model_dump(), **values})
-            update[section].__pydantic_fields_set__ = set(current.model_fields_set) | (set(values) if count_as_set
-                                                                                        else set())
-            applied.update({f"{section}.{k}": v for k, v in values.items()})
-    options = spec.strategy.options()
-    values = {k: v for k, v in preset.get("strategy", {}).items() if k not in options}
-    if values:
-        update["strategy"] = PluginRef(name=spec.strategy.name, **options, **values)
-        applied.update({f"strategy.{k}": v for k, v in values.items()})
-    return (spec.model_copy(update=update) if update else spec), applied
-
-
-def apply_recommended(spec: "RunSpec", recommended: dict[str, dict[str, Any]]) -> tuple["RunSpec", dict[str, Any]]:
-    """``spec`` with the task's recommended values for the fields the user did not set (none when the spec turns
-    ``recommended`` off)."""
-    return apply_preset(spec, recommended, count_as_set=False) if spec.recommended and recommended else (spec, {})
-
-
-def apply_protocol(spec: "RunSpec", presets: dict[str, dict[str, Any]]) -> tuple["RunSpec", dict[str, Any]]:
-    """``spec`` with a strategy's protocol preset applied; the applied fields count as set."""
-    return apply_preset(spec, presets, count_as_set=True)
-
-
 class PluginRef(BaseModel):
     """A plugin by name plus its config fields (validated by the plugin's own Config)."""
 

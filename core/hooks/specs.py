@@ -43,6 +43,12 @@ class HookSpecs:
         (:func:`kinject.decisions.decide`; the training library's ``decisions`` plugin by default)."""
 
     @hookspec(firstresult=True)
+    def kinject_start_settings(self, spec: Any) -> tuple | None:
+        """The settings a run starts from, applied to the fields its spec does not set (a strategy's ``protocol``
+        preset, the task's ``recommended`` values): ``(spec, protocol applied, recommended applied)`` (run.json
+        ``protocol``, ``recommended``), or None to leave it to the next implementation. Called first in ``prepare``."""
+
+    @hookspec(firstresult=True)
     def kinject_default_rules(self, run: Any) -> dict | None:
         """Fill settings of a prepared run (``run.spec``) that nobody set; return ``{field: why}`` (run.json
         ``defaults``), or None to leave the run to the next implementation. Called in ``prepare``."""

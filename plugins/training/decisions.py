@@ -1,7 +1,10 @@
 """The training library's automatic decisions: the hook plugin ``decisions`` (entry point group ``kinject.hooks``)
-that answers the kernel's ``kinject_choose`` and ``kinject_default_rules`` (:mod:`kinject.decisions`). A plugin
-replaces it with its own ``@hookimpl(tryfirst=True)`` implementations; run.json's ``decided_by`` names the one used.
+that answers the kernel's ``kinject_start_settings``, ``kinject_choose`` and ``kinject_default_rules``
+(:mod:`kinject.decisions`). A plugin replaces it with its own ``@hookimpl(tryfirst=True)`` implementations; run.json's
+``decided_by`` names the one used.
 
+* **The settings a run starts from** (:mod:`.presets`): the strategy's protocol preset, then the task's recommended
+  values, on fields the spec does not set (``protocol: kinject``, ``recommended: false``: none).
 * **The choice** (:mod:`.choice`): settings chosen by cross-validation on a small train split; on unless ``choose:
   false`` or ``KINJECT_CHOOSE`` says off; skipped under the quick protocol unless ``choose: true``.
 * **Rules** (:func:`default_rules`): a dev split too small to rank checkpoints (< :data:`MIN_DEV_UNITS` units) keeps
@@ -22,6 +25,7 @@ from pydantic import Field
 
 from kinject.api import KinjectError, PluginConfig, TaskGroup, hookimpl
 from kinject.plugins.training.choice import FOLDS, SMALL_TRAIN, choose
+from kinject.plugins.training.presets import start_settings
 
 log = logging.getLogger("kinject")
 NAME = "decisions"  # the entry point's name: the spec's hooks.decisions
@@ -68,6 +72,12 @@ def kinject_choose(spec, announce: Callable[[str], None], dry_run: bool):
     settings = validate_plugin_config(sys.modules[__name__], PluginRef(name=NAME, **spec.hooks.get(NAME, {})),
                                       f"hooks.{NAME}")
     return choose(spec, announce, dry_run=dry_run, on=enabled(spec), folds=settings.folds)
+
+
+@hookimpl
+def kinject_start_settings(spec):
+    """The protocol preset, then the task's recommended values (:func:`kinject.plugins.training.presets.start_settings`)."""
+    return start_settings(spec)
 
 
 @hookimpl

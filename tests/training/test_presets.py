@@ -1,0 +1,50 @@
+"""The settings a run starts from (a strategy's protocol, a task's recommended values) are the training library's
+policy: the kernel asks ``kinject_start_settings`` in ``prepare``; a plugin's tryfirst implementation replaces it, and
+run.json's ``decided_by`` names the implementation that applied them."""
+
+from __future__ import annotations
+
+
+def test_the_protocol_is_applied_by_the_training_library_and_a_plugin_replaces_it(tmp_path, textcls_dir, tiny_model):
+    from kinject.api import build_spec, hookimpl, plugin_manager, prepare
+
+    data = {"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)}, "protocol": "quick",
+            "training": {"learning_rate": 1e-4}, "cache_dir": str(tmp_path)}
+    run = prepare(build_spec(data))
+    assert run.protocol == {"training.max_steps": 30} and run.spec.training.max_steps == 30
+    assert "max_steps" in run.spec.training.model_fields_set  # a protocol's fields count as set: no recommended value
+    assert run.spec.training.learning_rate == 1e-4  # the user's own setting is kept
+    assert run.decided_by["presets"].startswith("decisions ")
+
+    class AsWritten:
+        @hookimpl(tryfirst=True)
+        def kinject_start_settings(self, spec):
+            return spec, {}, {}
+
+    manager = plugin_manager()
+    manager.register(AsWritten(), name="as-written")
+    try:
+        plain = prepare(build_spec(data))
+        assert plain.protocol == {} and plain.recommended == {} and "presets" not in plain.decided_by
+        assert plain.spec.training.max_steps == build_spec(data).training.max_steps
+    finally:
+        manager.unregister(name="as-written")
+
+
+def test_protocol_kinject_and_recommended_false_apply_nothing(tmp_path, textcls_dir, tiny_model):
+    from kinject.api import build_spec, prepare
+
+    run = prepare(build_spec({"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
+                              "recommended": False, "cache_dir": str(tmp_path)}))
+    assert run.protocol == {} and run.recommended == {} and "presets" not in run.decided_by
+
+
+def test_a_task_groups_members_apply_their_own_recommended_values():
+    from kinject.api import build_spec
+    from kinject.plugins.training.presets import start_settings
+
+    spec, protocol, recommended = start_settings(build_spec({"task": {"name": "blurb"}}))
+    assert protocol == {} and recommended == {}
+    spec, _, recommended = start_settings(build_spec({"task": {"name": "hoc"}}))
+    assert recommended["training.head_learning_rate"] == 2e-2 and spec.training.head_learning_rate == 2e-2
+    assert "head_learning_rate" not in spec.training.model_fields_set  # a protocol or the user still overrides it

@@ -187,6 +187,7 @@ def _dry_run(cells) -> None:
 
     width = max(len(c.id) for c in cells)
     keys: list[str] = []
+    choices: dict[str, int] = {}  # the choices the cells make first (cells that share one run it once): key -> fold runs
     todo = done = 0
     for cell in cells:
         state = cell_state(cell)
@@ -194,15 +195,22 @@ def _dry_run(cells) -> None:
             done += state.state == "done"
             text = state.state + (f" ({state.detail})" if state.detail and state.state == "running" else "")
         else:
-            cached, total, missing = plan_cell(cell)
+            cached, total, missing, choice = plan_cell(cell)
             keys += missing
             todo += 1
             what = "to compute" if not cached else "to run"
             text = f"{what}: {cached} of {total} stages cached" + (f" ({state.state}: {state.detail})"
                                                                   if state.state == "failed" or state.detail else "")
+            if choice is not None:
+                choices[choice.get("key") or cell.id] = choice["fold_runs"]
+                text += f", after {choice['fold_runs']} fold runs of the choice"
         console.print(f"{cell.id:<{width}}  {text:<40}  {cell.run_dir}", markup=False, highlight=False)
     console.print(f"{plural(len(cells), 'cell')}: {done} done, {todo} to run; {len(keys)} stage(s) to compute, "
                   f"{len(set(keys))} distinct (a stage that cells share is computed once)", highlight=False)
+    if choices:  # the automatic choice's cost, said before the grid runs (as `kinject run --dry-run` says it)
+        console.print(f"the automatic choice first: {plural(sum(choices.values()), 'fold run')} of a plain fine-tune "
+                      f"({plural(len(choices), 'choice')}: cells that share one run it once; --set choose=false "
+                      "skips it)", highlight=False)
 
 
 @grid.command("run")

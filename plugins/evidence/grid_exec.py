@@ -143,15 +143,17 @@ def _stop_on_sigterm() -> None:
 
 
 # -- the dry run ------------------------------------------------------------------------------------- #
-def plan_cell(cell: Cell) -> tuple[int, int, list[str]]:
-    """(stages cached, stages, keys of the stages to compute) of a cell, as ``kinject run --dry-run`` plans it."""
+def plan_cell(cell: Cell) -> tuple[int, int, list[str], dict | None]:
+    """(stages cached, stages, keys of the stages to compute, the choice it will make first: ``{fold_runs, key}``
+    or None) of a cell, as ``kinject run --dry-run`` plans it."""
     from kinject import api
 
     run, = api.prepare_runs(api.build_spec({**cell.data, "output": str(cell.run_dir)}), dry_run=True,
                             announce=lambda line: None)  # a cached choice applied, as the cell will run
     runs = [member for _, member, _ in run.members if member is not None] or [run]
     planned = [p for r in runs for p in api.plan(r)]
-    return sum(p.cached for p in planned), len(planned), [p.key for p in planned if not p.cached]
+    choice = run.chosen if (run.chosen or {}).get("planned") else None
+    return sum(p.cached for p in planned), len(planned), [p.key for p in planned if not p.cached], choice
 
 
 # -- executors ---------------------------------------------------------------------------------------- #

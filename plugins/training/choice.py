@@ -149,7 +149,7 @@ def choose(spec, announce: Callable[[str], None], dry_run: bool = False, on: boo
         announce(f"{what}: {runs} fold runs of the choice first (choosing {', '.join(options)} among "
                  f"{len(combos)} alternatives by {folds}-fold cross-validation; the stages below are those of "
                  f"{keeps.removeprefix('the run keeps ')}, which the choice may change)")
-        return spec, {"chosen": {}, "planned": True, "fold_runs": runs, "seconds": None,
+        return spec, {"chosen": {}, "planned": True, "fold_runs": runs, "seconds": None, "key": key[:24],
                       "fold_spec": apply(apply(base, combos[0]), fold_run_settings(0, folds))}
     else:
         announce(f"{what}: choosing {', '.join(options)} among {len(combos)} alternatives by {folds}-fold "

@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from unittest import mock
@@ -307,3 +308,22 @@ def test_sweep_journal_storage_is_shared_by_two_handles(tmp_path, form):
     assert [t.value for t in first.trials] == [0.25, 0.75] and first.best_value == 0.75
     with pytest.raises(Exception, match="cannot open the study storage"):
         open_storage(f"journal:{tmp_path}/missing/study.log")
+
+
+def test_dry_run_says_what_the_automatic_choice_costs_before_the_grid_runs(tmp_path, data, monkeypatch, tiny_model):
+    """#43's note: a grid cell on a small train split pays the choice's fold runs first; the grid's dry run says so per
+    cell and in total (cells that share a choice run it once), as `kinject run --dry-run` does."""
+    monkeypatch.setenv("KINJECT_CHOOSE", "1")  # on, as for a user (the suite turns it off)
+    code, text, err = kinject(*grid(data, tmp_path / "out", "--dry-run", "--cache-dir", str(tmp_path / "cache")))
+    assert code == 0, err
+    found = lines_of(text)
+    assert sorted(found) == sorted(CELLS)
+    assert all("after 10 fold runs of the choice" in line for line in found.values()), found
+    total = " ".join(text.split())
+    assert "the automatic choice first:" in total and "--set choose=false skips it" in total
+    fold_runs, choices = map(int, re.search(r"choice first: (\d+) fold runs? .*?\((\d+) choices?", total).groups())
+    assert fold_runs == 10 * choices and 1 <= choices <= len(CELLS)
+    assert not (tmp_path / "cache" / "choices").exists() and not (tmp_path / "out").exists()  # nothing ran, nothing written
+    code, text, _ = kinject(*grid(data, tmp_path / "out", "--dry-run", "--cache-dir", str(tmp_path / "cache"),
+                                  "--set", "choose=false"))
+    assert code == 0 and "fold runs" not in text

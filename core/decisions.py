@@ -74,8 +74,14 @@ def prepare_runs(spec: "RunSpec", seeds: list[int] | None = None, *, resume: boo
 
 
 def _announce_defaults(run: "RunContext", announce: Callable[[str], None]) -> None:
-    """Say the settings decided for the user that the spec did not set: the default training rules, and the facts
-    held out of every knowledge source by default (both in run.json: ``defaults``, ``decided_by``)."""
+    """Say the settings decided for the user that the spec did not set: the protocol's and the task's recommended
+    values, the default training rules, and the facts held out of every knowledge source by default (run.json:
+    ``protocol``, ``recommended``, ``defaults``, ``decided_by``)."""
+    if run.protocol:
+        announce(f"protocol {run.spec.protocol}: {', '.join(f'{k}={v}' for k, v in run.protocol.items())}")
+    if run.recommended:
+        announce(f"task {run.task.name}: recommended settings {', '.join(f'{k}={v}' for k, v in run.recommended.items())}"
+                 " (set any of them to override; --set recommended=false for none)")
     for name, why in run.defaults.items():
         announce(f"{name}={why} (set it to override)")
     if "exclude" in run.decided_by and run.holdout is not None:

@@ -20,14 +20,14 @@ class RunResult(dict):
 
     @property
     def not_learned(self) -> dict:
-        """The systems of the run's paired comparison that learned nothing (name -> why: a constant predictor, or a
-        score that does not beat the constant baseline of the gold labels); {} when none did or the run has no
-        comparison stage (``kinject compare`` / ``report`` check any run)."""
+        """What learned nothing (name -> why: a constant predictor, or a score that does not beat the constant baseline
+        of the gold labels): the systems of the run's paired comparison, else the run's own folders (the run, each seed,
+        each task-group member) on test; {} when everything learned something."""
         found = self.get("comparison")
-        flags = found.get("not_learned") if isinstance(found, dict) else None
-        names = {"baseline": (found or {}).get("baseline_name", "baseline"), "other": (found or {}).get("other_name",
-                                                                                                      "other")}
-        return {names[side]: flag["reason"] for side, flag in (flags or {}).items()
+        if not isinstance(found, dict):
+            return learned_nothing(self.output)
+        names = {"baseline": found.get("baseline_name", "baseline"), "other": found.get("other_name", "other")}
+        return {names[side]: flag["reason"] for side, flag in (found.get("not_learned") or {}).items()
                 if isinstance(flag, dict) and flag.get("reason")}
 
     def frame(self):
@@ -99,11 +99,32 @@ def prepared(spec: Any, repeats: int, *, resume: bool, command: list[str],
     return runs, out
 
 
-def execute_runs(runs: list, out: Path) -> dict:
-    """Run prepared runs into ``out``: one run's metrics, or over several seeds their summary (mean ± std)."""
-    from kinject.api import execute, execute_repeats
+def execute_runs(runs: list, out: Path, announce: Callable[[str], None] | None = None) -> dict:
+    """Run prepared runs into ``out``: one run's metrics, or over several seeds their summary (mean ± std). Then say
+    which of the run folders learned nothing on test (:func:`learned_nothing`), as a warning."""
+    import logging
 
-    return execute(runs[0], out) if len(runs) == 1 else execute_repeats(runs, out)
+    from kinject.api import execute, execute_repeats, is_main_process
+
+    metrics = execute(runs[0], out) if len(runs) == 1 else execute_repeats(runs, out)
+    if is_main_process():
+        for folder, why in learned_nothing(out).items():
+            (announce or logging.getLogger("kinject").warning)(
+                f"warning: {folder} learned nothing on test: {why} (a comparison with it says nothing; "
+                "docs/evidence.md)")
+    return metrics
+
+
+def learned_nothing(out: Path) -> dict[str, str]:
+    """Run folder -> why its model learned nothing on test (the evidence library's check: a constant predictor, or a
+    score that does not beat the constant baseline of the gold labels), for a run, each seed of ``--repeats`` and
+    each member of a task group; {} when every one learned something."""
+    from kinject.plugins.evidence import run_not_learned
+
+    out = Path(out)
+    folders = sorted(p.parent for p in out.glob("*/run.json")) or [out]
+    flags = {str(folder): run_not_learned(folder) for folder in folders}
+    return {folder: flag["reason"] for folder, flag in flags.items() if flag and flag.get("reason")}
 
 
 def load(run_dir) -> Any:

@@ -159,14 +159,8 @@ def run(ctx: typer.Context,
     console.print(f"[bold]{spec.strategy.name}[/] on [bold]{spec.task.name if spec.task else '(no task)'}[/] "
                   f"(data: {describe_data(first)}, model: {spec.model.name}"
                   f"{f', seeds {seeds[0]}..{seeds[-1]}' if repeats > 1 else ''}) -> {out}")
-    if first.protocol:
-        shown = ", ".join(f"{k}={v}" for k, v in first.protocol.items())
-        console.print(f"protocol {spec.protocol}: {shown}", markup=False, highlight=False)
-    if first.recommended:
-        shown = ", ".join(f"{k}={v}" for k, v in first.recommended.items())
-        console.print(f"task {spec.task.name}: recommended settings {shown} (set any of them to override; "
-                      "--set recommended=false for none)", markup=False, highlight=False)
-    metrics = execute_runs(runs, out)
+    metrics = execute_runs(runs, out, announce=lambda line: console.print(line, markup=False, highlight=False,
+                                                                          soft_wrap=True))
     if not is_main_process():
         return
     if first.members:

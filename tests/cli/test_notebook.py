@@ -59,3 +59,27 @@ def _doc_imports() -> list[tuple[str, str, str]]:
 def test_every_name_the_docs_import_exists(where, module, name):
     imported = importlib.import_module(module)
     assert hasattr(imported, name) or importlib.util.find_spec(f"{module}.{name}") is not None, (where, module, name)
+
+
+def test_a_plain_run_that_learned_nothing_is_warned_and_flagged(tmp_path, textcls_dir, tiny_model, caplog):
+    """A run without a comparison stage is checked when it ends (the evidence library's check on test): a warning line
+    per run folder that learned nothing, and ``not_learned`` maps each such folder (each seed) to why; a folder whose
+    test predictions are the gold labels learned something."""
+    import json
+    import logging
+
+    import kinject
+
+    caplog.set_level(logging.INFO, logger="kinject")
+    settings = {"task.path": textcls_dir, "training.max_steps": 1, "hooks": {"knowledge-probe": {"enabled": False}}}
+    result = kinject.run("finetune", task="textcls", model="tiny", output=tmp_path / "one", repeats=2,
+                         overrides=settings)
+    seeds = {str(tmp_path / "one" / "seed-42"), str(tmp_path / "one" / "seed-43")}
+    assert set(result.not_learned) == seeds and all("constant predictor" in why for why in result.not_learned.values())
+    assert sum("learned nothing on test: constant predictor" in r.message for r in caplog.records
+               if r.levelno == logging.WARNING) == 2
+    predictions = tmp_path / "one" / "seed-42" / "predictions" / "test.jsonl"
+    records = [json.loads(line) for line in predictions.read_text().splitlines()]
+    predictions.write_text("".join(json.dumps({**r, "pred": r["gold"]}) + "\n" for r in records))
+    assert set(kinject.load(tmp_path / "one").not_learned) == {str(tmp_path / "one" / "seed-43")}
+    assert kinject.load(tmp_path / "one" / "seed-42").not_learned == {}

@@ -48,3 +48,24 @@ def test_a_task_groups_members_apply_their_own_recommended_values():
     spec, _, recommended = start_settings(build_spec({"task": {"name": "hoc"}}))
     assert recommended["training.head_learning_rate"] == 2e-2 and spec.training.head_learning_rate == 2e-2
     assert "head_learning_rate" not in spec.training.model_fields_set  # a protocol or the user still overrides it
+
+
+def test_the_settings_a_run_starts_from_are_announced_in_every_entry_point(tmp_path, textcls_dir, tiny_model, capsys,
+                                                                           caplog, monkeypatch):
+    """The protocol's and the task's recommended values are said by prepare_runs, which `kinject run`, `kinject.run`,
+    grid cells and sweep trials all take: the console of `kinject run`, the ``kinject`` log from Python."""
+    import logging
+
+    from helpers import run_kinject
+    from kinject.api import build_spec, prepare_runs, registry
+
+    args = ["run", "finetune", "--task", "textcls", "--set", f"task.path={textcls_dir}", "--model", "tiny", "--quick",
+            "--dry-run", "--cache-dir", str(tmp_path)]
+    assert run_kinject(*args) == 0
+    assert "protocol quick: training.max_steps=30" in capsys.readouterr().out.splitlines()
+    monkeypatch.setattr(registry("tasks").get("textcls"), "recommended", {"training": {"head_learning_rate": 2e-2}})
+    with caplog.at_level(logging.INFO, logger="kinject"):
+        prepare_runs(build_spec({"task": {"name": "textcls", "path": str(textcls_dir)}, "model": {"name": "tiny"},
+                                 "choose": False, "cache_dir": str(tmp_path)}), dry_run=True)
+    said = [r.message for r in caplog.records if r.message.startswith("task textcls: recommended settings ")]
+    assert len(said) == 1 and "training.head_learning_rate=0.02" in said[0] and "recommended=false" in said[0], said

@@ -32,14 +32,21 @@ def compare(runs: List[str] = typer.Argument(..., help="Run directories, --repea
             confidence: float = typer.Option(0.95, "--confidence", min=0.5, max=0.999, help="Interval level"),
             method: str = typer.Option("percentile", "--method", help="percentile | basic | BCa"),
             seed: int = typer.Option(0, "--seed", help="Seed of the resampling"),
+            interval: Optional[str] = typer.Option(None, "--interval", help="The interval the verdict reads: "
+                                                   "seeds-t+examples (default; chosen by measured coverage: "
+                                                   "docs/evidence.md) | two-way | two-way-corrected | seeds-t | "
+                                                   "wider | examples; --json lists every kind"),
             debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Compare runs on the same examples: metric, difference to the baseline, bootstrap CI, per-seed tests."""
     from kinject.api import KinjectError
+    from kinject.plugins.evidence.bootstrap import INTERVALS
     from kinject.plugins.evidence.comparison import compare_runs, print_comparison
     from kinject.plugins.evidence.runs import find_runs
 
     if method.lower() not in ("percentile", "basic", "bca"):
         raise KinjectError(f"--method {method}: expected percentile, basic or BCa")
+    if interval is not None and interval not in INTERVALS:
+        raise KinjectError(f"--interval {interval}: expected one of {', '.join(INTERVALS)}")
     sets = find_runs(runs)
     if baseline is not None:
         base = find_runs([baseline])
@@ -52,7 +59,7 @@ def compare(runs: List[str] = typer.Argument(..., help="Run directories, --repea
 
     short_names(sets)
     result = compare_runs(sets, split, metric, n_resamples=resamples, confidence=confidence, seed=seed,
-                          method=method)
+                          method=method, interval=interval)
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
@@ -187,7 +194,7 @@ def _dry_run(cells) -> None:
 
     width = max(len(c.id) for c in cells)
     keys: list[str] = []
-    choices: dict[str, int] = {}  # the choices the cells make first (cells that share one run it once): key -> fold runs
+    choices: dict[str, int] = {}  # key -> fold runs of the choices cells make first (cells sharing one run it once)
     todo = done = 0
     for cell in cells:
         state = cell_state(cell)

@@ -41,6 +41,22 @@ def test_repeats_pair_by_seed_with_interval_and_seed_tests(tmp_path, capsys):
     assert tests["wilcoxon_pvalue"] == pytest.approx(0.25)  # exact, 3 positive differences: 2 / 2**3
 
 
+
+def test_interval_switch_chooses_the_interval_the_verdict_reads(tmp_path, capsys):
+    """--interval picks the kind behind ci_low/ci_high and the verdict (default seeds-t+examples); an unknown kind is
+    one line naming the kinds."""
+    base = repeats(tmp_path / "base", {1: 30, 2: 32, 3: 29})
+    other = repeats(tmp_path / "other", {3: 41, 1: 40, 2: 45})
+    default = compare_json(capsys, str(base), str(other), "--metric", "accuracy")["metrics"][0]["rows"][1]
+    examples = compare_json(capsys, str(base), str(other), "--metric", "accuracy", "--interval", "examples")
+    row = examples["metrics"][0]["rows"][1]
+    assert default["interval_kind"] == "seeds-t+examples" and row["interval_kind"] == "examples"
+    assert [row["ci_low"], row["ci_high"]] == pytest.approx(row["intervals"]["examples"])
+    assert [default["ci_low"], default["ci_high"]] == pytest.approx(default["intervals"]["seeds-t+examples"])
+    assert [row["ci_low"], row["ci_high"]] != pytest.approx([default["ci_low"], default["ci_high"]])
+    line = one_line_error(capsys, str(base), str(other), "--interval", "bayes")
+    assert "--interval bayes: expected one of seeds-t+examples, two-way" in line
+
 @pytest.mark.slow
 def test_runs_with_more_seeds_pair_over_the_shared_ones(tmp_path, capsys):
     base = repeats(tmp_path / "base", {1: 30, 2: 32, 3: 29, 4: 50, 5: 50})  # seeds 4-5 have no partner

@@ -86,6 +86,7 @@ def _announce_defaults(run: "RunContext", announce: Callable[[str], None]) -> No
         announce(f"{name}={why} (set it to override)")
     if "exclude" in run.decided_by and run.holdout is not None:
         splits = run.spec.knowledge.exclude
-        announce(f"knowledge.exclude=[{', '.join(splits)}]: {run.holdout.facts} facts of {run.task.name}'s "
+        announce(f"knowledge.exclude=[{', '.join(splits)}]: {run.holdout.facts} facts (head-tail name pairs; "
+                 f"{len(run.holdout.held_out().keys)} triples) of {run.task.name}'s "
                  f"{'/'.join(splits)} items held out of every knowledge source (default of "
                  f"{run.decided_by['exclude']}; --set knowledge.exclude=[] keeps them)")

@@ -254,7 +254,7 @@ def test_the_default_hold_out_is_announced_in_every_entry_point(tmp_path, tiny_m
             "--set", "choose=false")
     assert run_kinject("run", *args) == 0
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("knowledge.exclude=")]
-    assert len(said) == 1 and said[0].startswith("knowledge.exclude=[dev, test]: ") and " facts of hpo-isa's " \
+    assert len(said) == 1 and said[0].startswith("knowledge.exclude=[dev, test]: ") and " triples) of hpo-isa's " \
         "dev/test items held out of every knowledge source (default of knowledge " in said[0], said
     assert run_kinject("run", *args, "--set", "knowledge.exclude=[]") == 0
     assert "knowledge.exclude=" not in capsys.readouterr().out

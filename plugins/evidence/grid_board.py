@@ -14,7 +14,7 @@ from typing import Any
 
 from kinject.api import KinjectError
 from kinject.plugins.evidence.comparison import compare_runs, default_metric
-from kinject.plugins.evidence.grid import Cell, Grid
+from kinject.plugins.evidence.grid_file import Cell, Grid
 from kinject.plugins.evidence.grid_state import CellState, counts
 from kinject.plugins.evidence.render import Block, Heading, Para, TableBlock, to_html, to_markdown
 from kinject.plugins.evidence.runs import Run, RunSet

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kinject.api import Interrupted, KinjectError, SpecError, plural
-from kinject.plugins.evidence.grid import Cell, Grid
+from kinject.plugins.evidence.grid_file import Cell, Grid
 from kinject.plugins.evidence.grid_state import DRIVER, is_done, read_status, stop_with_the_driver, write_status
 
 

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kinject.plugins.evidence.grid import Cell
+from kinject.plugins.evidence.grid_file import Cell
 
 
 def read_status(cell: Cell) -> dict:

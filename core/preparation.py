@@ -15,7 +15,7 @@ from kinject.errors import KinjectError, SpecError
 from kinject.fingerprint import check_body
 from kinject.interfaces import Environment, KnowledgeSource, Strategy, Task, TaskGroup
 from kinject.registry import registry
-from kinject.spec import RunSpec, resolve_precision
+from kinject.spec import RunSpec
 from kinject.spec_input import default_cache_dir, default_data_dir, validate_plugin_config
 from kinject.context import RunContext
 
@@ -91,18 +91,18 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     own checks and its stage plan - before any stage starts or anything is written."""
     from kinject.decisions import first_answer
 
-    started, by = first_answer("kinject_start_settings", spec=spec)  # protocol, recommended: the training library's
-    spec, protocol, applied = started if started is not None else (spec, {}, {})
+    started, by = first_answer("kinject_start_settings", spec=spec)  # protocol, recommended, precision: the training
+    spec, settled = started if started is not None else (spec, {})   # library's (kinject.plugins.training.presets)
     task, strategy, sources = resolve_components(spec)
-    spec = resolve_precision(spec)
     env = make_environment(spec)
     from kinject.files import check_writable
 
     check_writable(env.cache_dir, "stage cache")
     model_path = _resolve_model(spec, env)
     run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,
-                     resume=resume, command=command, recommended=applied, protocol=protocol)
-    if protocol or applied:
+                     resume=resume, command=command, recommended=settled.get("recommended", {}),
+                     protocol=settled.get("protocol", {}), defaults=dict(settled.get("defaults", {})))
+    if any(settled.values()):
         run.decided_by["presets"] = by
     for name in spec.hooks:  # every hook's settings checked before any data is read
         run.hook_settings(name)
@@ -120,7 +120,7 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
         _check_task_kind(strategy, task, env)
         from kinject.decisions import default_rules
 
-        run.defaults = default_rules(run)  # the training library's rules by default (kinject.decisions)
+        run.defaults.update(default_rules(run))  # the training library's rules by default (kinject.decisions)
     run.holdout = _holdout(run)
     run.hooks().kinject_check_inputs(run=run)  # e.g. --model a run that saw the held-out facts (knowledge library)
     with plugin_code("strategies", strategy):

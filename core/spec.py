@@ -81,8 +81,8 @@ class TrainingSpec(StrictModel):
     bf16: bool | None = Field(None, description="bfloat16 mixed precision (autocast) in training and evaluation, "
                               "task heads scored in float32. Unset: on where the device computes bfloat16 "
                               "natively (a GPU with bf16, a CPU with AVX512-BF16 or AMX: ~1.2-1.5x training, "
-                              "~1.3-1.9x evaluation; docs/benchmarks.md), off elsewhere; run.json records the "
-                              "value used, and stage keys hold it.")
+                              "~1.3-1.9x evaluation; docs/benchmarks.md; announced, the training library's "
+                              "decision), off elsewhere; run.json records the value used, and stage keys hold it.")
     selection: Literal["best", "last"] = Field("best", description="Fine-tuning keeps the weights of its best dev "
                                                 "score (the task's selection metric; scored after every epoch, or every "
                                                 "select_every steps: one dev pass each) or its last weights.")
@@ -141,18 +141,6 @@ class TrainingOverrides(StrictModel):
         (:meth:`TrainingSpec.for_method_stage`)."""
         start = base.for_method_stage() if method_stage else base.for_training()
         return TrainingSpec.model_validate({**start.model_dump(), **self.set_fields()})
-
-
-def resolve_precision(spec: "RunSpec") -> "RunSpec":
-    """``spec`` with ``training.bf16`` decided when unset (:func:`kinject.machine.native_bf16`), so that every
-    stage key holds the precision actually used."""
-    if spec.training.bf16 is not None:
-        return spec
-    from kinject.machine import native_bf16
-
-    training = spec.training.model_copy(update={"bf16": native_bf16()})
-    training.__pydantic_fields_set__ = set(spec.training.model_fields_set)
-    return spec.model_copy(update={"training": training})
 
 
 class PluginRef(BaseModel):

@@ -45,8 +45,9 @@ class HookSpecs:
     @hookspec(firstresult=True)
     def kinject_start_settings(self, spec: Any) -> tuple | None:
         """The settings a run starts from, applied to the fields its spec does not set (a strategy's ``protocol``
-        preset, the task's ``recommended`` values): ``(spec, protocol applied, recommended applied)`` (run.json
-        ``protocol``, ``recommended``), or None to leave it to the next implementation. Called first in ``prepare``."""
+        preset, the task's ``recommended`` values, defaults such as ``training.bf16``): ``(spec, {"protocol": {field:
+        value}, "recommended": {field: value}, "defaults": {field: why}})`` (run.json ``protocol``, ``recommended``,
+        ``defaults``; all announced), or None to leave it to the next implementation. Called first in ``prepare``."""
 
     @hookspec(firstresult=True)
     def kinject_default_rules(self, run: Any) -> dict | None:

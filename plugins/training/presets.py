@@ -1,14 +1,16 @@
 """The settings a run starts from, the training library's (the ``decisions`` plugin answers the kernel's
-``kinject_start_settings``): a strategy's ``protocol`` preset (``--protocol paper``, ``--quick``), then the task's
-``recommended`` values, each applied only to the fields the spec does not set. ``protocol: kinject`` and
-``recommended: false`` turn them off; run.json records what each applied (``protocol``, ``recommended``)."""
+``kinject_start_settings``): a strategy's ``protocol`` preset (``--set protocol=paper``, ``--quick``), then the task's
+``recommended`` values, then the precision (``training.bf16``), each applied only to the fields the spec does not set.
+``protocol: kinject``, ``recommended: false`` and ``training.bf16=false`` turn them off; run.json records what each
+applied (``protocol``, ``recommended``, ``defaults``), and every entry point announces it."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from kinject.api import ModelSpec, PluginRef, SpecError, TaskGroup, TrainingSpec, UnknownNameError, registry
+from kinject.api import (BF16_FLAGS, ModelSpec, PluginRef, SpecError, TaskGroup, TrainingSpec, UnknownNameError,
+                         cpu_info, native_bf16, registry)
 
 log = logging.getLogger("kinject")
 
@@ -86,17 +88,37 @@ def with_protocol(spec) -> tuple[Any, dict[str, Any]]:
     return apply_protocol(spec, presets)
 
 
-def start_settings(spec) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """(spec, protocol applied, recommended applied): the protocol first, then the task's recommended values (none
-    for a task group: each member applies its own). An unknown task is left to the kernel's lookup to report."""
+def with_precision(spec) -> tuple[Any, dict[str, str]]:
+    """``training.bf16`` decided when unset: bfloat16 autocast where this device computes it natively
+    (:func:`kinject.machine.native_bf16`: ~1.2-1.5x training on such a CPU, docs/benchmarks.md), float32 elsewhere;
+    stage keys hold the value. Returns (spec, {field: why}) - a why only when it turns bfloat16 on, the departure from
+    float32 a user should hear about."""
+    if spec.training.bf16 is not None:
+        return spec, {}
+    on = native_bf16()
+    training = spec.training.model_copy(update={"bf16": on})
+    training.__pydantic_fields_set__ = set(spec.training.model_fields_set)
+    spec = spec.model_copy(update={"training": training})
+    if not on:
+        return spec, {}
+    flags = sorted(cpu_info()[1] & set(BF16_FLAGS))
+    where = f"this CPU computes bfloat16 natively ({', '.join(flags)})" if flags else "this GPU computes bfloat16"
+    return spec, {"training.bf16": f"true: {where}: bfloat16 autocast in training and evaluation, task heads in "
+                                   "float32"}
+
+
+def start_settings(spec) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """(spec, {"protocol": applied, "recommended": applied, "defaults": {field: why}}): the protocol first, then the
+    task's recommended values (none for a task group: each member applies its own; an unknown task is left to the
+    kernel's lookup to report), then the precision (:func:`with_precision`)."""
     spec, protocol = with_protocol(spec)
-    if spec.task is None:
-        return spec, protocol, {}
-    try:
-        task = registry("tasks").get(spec.task.name)
-    except UnknownNameError:
-        return spec, protocol, {}
-    if issubclass(task, TaskGroup):
-        return spec, protocol, {}
-    spec, recommended = apply_recommended(spec, task.recommended)
-    return spec, protocol, recommended
+    recommended: dict[str, Any] = {}
+    if spec.task is not None:
+        try:
+            task = registry("tasks").get(spec.task.name)
+        except UnknownNameError:
+            task = None
+        if task is not None and not issubclass(task, TaskGroup):
+            spec, recommended = apply_recommended(spec, task.recommended)
+    spec, defaults = with_precision(spec)
+    return spec, {"protocol": protocol, "recommended": recommended, "defaults": defaults}

@@ -81,7 +81,8 @@ def test_fold_runs_are_plain_finetunes_keeping_the_last_weights_for_every_knowle
         assert len(progress) == 6 and "choice: fold 3/3 of alternative 2/2" in progress[-1]
         assert run.chosen["tie"] and run.chosen["chosen"] == {"training.head_learning_rate": None}  # the default: the encoder's rate
         assert "None" not in "\n".join(said) and "(the encoder's rate)" in "\n".join(said)
-        assert "a tie" in said[-1] and run.chosen["implementation"].startswith("decisions (")
+        chose = [line for line in said if ": chose " in line]
+        assert len(chose) == 1 and "a tie" in chose[0] and run.chosen["implementation"].startswith("decisions (")
         bases.append(json.dumps(seen[0].spec.model_dump(mode="json", exclude={"strategy"}), sort_keys=True,
                                 default=str))
     assert len(set(bases)) == 1  # the same plain fine-tune whatever the strategy

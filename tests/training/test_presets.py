@@ -19,7 +19,7 @@ def test_the_protocol_is_applied_by_the_training_library_and_a_plugin_replaces_i
     class AsWritten:
         @hookimpl(tryfirst=True)
         def kinject_start_settings(self, spec):
-            return spec, {}, {}
+            return spec, {}
 
     manager = plugin_manager()
     manager.register(AsWritten(), name="as-written")
@@ -35,7 +35,7 @@ def test_protocol_kinject_and_recommended_false_apply_nothing(tmp_path, textcls_
     from kinject.api import build_spec, prepare
 
     run = prepare(build_spec({"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
-                              "recommended": False, "cache_dir": str(tmp_path)}))
+                              "recommended": False, "training": {"bf16": False}, "cache_dir": str(tmp_path)}))
     assert run.protocol == {} and run.recommended == {} and "presets" not in run.decided_by
 
 
@@ -43,9 +43,10 @@ def test_a_task_groups_members_apply_their_own_recommended_values():
     from kinject.api import build_spec
     from kinject.plugins.training.presets import start_settings
 
-    spec, protocol, recommended = start_settings(build_spec({"task": {"name": "blurb"}}))
-    assert protocol == {} and recommended == {}
-    spec, _, recommended = start_settings(build_spec({"task": {"name": "hoc"}}))
+    spec, settled = start_settings(build_spec({"task": {"name": "blurb"}}))
+    assert settled["protocol"] == {} and settled["recommended"] == {}
+    spec, settled = start_settings(build_spec({"task": {"name": "hoc"}}))
+    recommended = settled["recommended"]
     assert recommended["training.head_learning_rate"] == 2e-2 and spec.training.head_learning_rate == 2e-2
     assert "head_learning_rate" not in spec.training.model_fields_set  # a protocol or the user still overrides it
 
@@ -69,3 +70,20 @@ def test_the_settings_a_run_starts_from_are_announced_in_every_entry_point(tmp_p
                                  "choose": False, "cache_dir": str(tmp_path)}), dry_run=True)
     said = [r.message for r in caplog.records if r.message.startswith("task textcls: recommended settings ")]
     assert len(said) == 1 and "training.head_learning_rate=0.02" in said[0] and "recommended=false" in said[0], said
+
+
+def test_bfloat16_where_the_device_computes_it_natively_is_a_decision_announced_and_recorded(monkeypatch):
+    """training.bf16 unset: on where the device computes bfloat16 natively - a departure from float32 that changes the
+    numbers, so it is said and recorded (run.json ``defaults``); off elsewhere; a value the user sets is kept."""
+    from kinject.api import build_spec
+    from kinject.plugins.training import presets
+
+    monkeypatch.setattr(presets, "native_bf16", lambda: True)
+    spec, settled = presets.start_settings(build_spec({}))
+    assert spec.training.bf16 is True and "bf16" not in spec.training.model_fields_set
+    assert settled["defaults"]["training.bf16"].startswith("true: ") and "autocast" in settled["defaults"]["training.bf16"]
+    spec, settled = presets.start_settings(build_spec({"training": {"bf16": False}}))
+    assert spec.training.bf16 is False and settled["defaults"] == {}
+    monkeypatch.setattr(presets, "native_bf16", lambda: False)
+    spec, settled = presets.start_settings(build_spec({}))
+    assert spec.training.bf16 is False and settled["defaults"] == {}

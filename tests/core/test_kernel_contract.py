@@ -76,8 +76,7 @@ def test_editing_the_training_body_changes_the_fine_tune_keys(tmp_path, textcls_
 # -- registry ------------------------------------------------------------------------------------------------ #
 @pytest.fixture
 def outside(tmp_path, monkeypatch):
-    """A third party's distribution: an evaluator, a command, a strategy whose validate needs a missing package,
-    and a strategy module that does not parse."""
+    """A third party's distribution: an evaluator, a command and a strategy whose validate needs a missing package."""
     root = fake_distribution(tmp_path / "site", "kinject-outside", """
         [kinject.evaluators]
         brier = outside_eval:Brier
@@ -85,7 +84,6 @@ def outside(tmp_path, monkeypatch):
         hello = outside_cmd:hello
         [kinject.strategies]
         needs_torch9 = outside_strategy:NeedsTorch9
-        unparsable = outside_broken:Strategy
         """, {
         "outside_eval": '''
             """A third party's evaluator."""
@@ -123,7 +121,6 @@ def outside(tmp_path, monkeypatch):
                 def validate(self, run):
                     import torch9  # noqa: F401
             ''',
-        "outside_broken": 'class Strategy(:\n    """Does not parse."""\n',
     })
     monkeypatch.syspath_prepend(str(root))
     from kinject.registry import GROUPS, registry
@@ -133,14 +130,6 @@ def outside(tmp_path, monkeypatch):
     yield root
     for kind in GROUPS:
         registry(kind).refresh()
-
-
-def test_an_unparsable_plugin_is_listed_broken_and_others_still_run(outside):
-    from kinject.plugins.cli.describe import plugin_info
-
-    info = plugin_info("strategies", "unparsable")
-    assert info.health == "broken" and "SyntaxError" in info.error and "outside_broken.py:1" in info.error
-    assert plugin_info("strategies", "finetune").health == "ok"
 
 
 def test_an_import_error_in_a_plugin_s_code_is_one_line(outside, tmp_path, textcls_dir, tiny_model, capsys):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -57,6 +58,21 @@ def fake_distribution(root: Path, name: str, entry_points: str, modules: dict[st
     for module, source in modules.items():
         (root / f"{module}.py").write_text(textwrap.dedent(source))
     return root
+
+
+@contextlib.contextmanager
+def installed(monkeypatch, root: Path, name: str, entry_points: str, modules: dict[str, str], kind: str):
+    """A :func:`fake_distribution` on the import path and the ``kind`` registry re-read, for the block; after it the
+    path is restored (``monkeypatch.undo``) and the registry re-read again."""
+    from kinject.registry import registry
+
+    monkeypatch.syspath_prepend(str(fake_distribution(root, name, entry_points, modules)))
+    registry(kind).refresh()
+    try:
+        yield
+    finally:
+        monkeypatch.undo()
+        registry(kind).refresh()
 
 
 PROBE_STAGES = ("probe-base", "probe")  # the knowledge probe's stages, which every run with a task gets

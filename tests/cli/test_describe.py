@@ -23,23 +23,16 @@ def test_listing_reports_broken_plugins_without_breaking_others(broken_dist):
 
 
 def test_an_unparsable_plugin_is_listed_broken_and_others_still_run(tmp_path, monkeypatch):
-    from helpers import fake_distribution
+    from helpers import installed
     from kinject.plugins.cli.describe import plugin_info
-    from kinject.registry import registry
 
-    root = fake_distribution(tmp_path / "site", "kinject-unparsable", """
-        [kinject.strategies]
-        unparsable = outside_broken:Strategy
-        """, {"outside_broken": "class Strategy(:\n    pass\n"})
-    monkeypatch.syspath_prepend(str(root))
-    registry("strategies").refresh()
-    try:
+    with installed(monkeypatch, tmp_path / "site", "kinject-unparsable", """
+            [kinject.strategies]
+            unparsable = outside_broken:Strategy
+            """, {"outside_broken": "class Strategy(:\n    pass\n"}, "strategies"):
         info = plugin_info("strategies", "unparsable")
         assert info.health == "broken" and "SyntaxError" in info.error and "outside_broken.py:1" in info.error
         assert plugin_info("strategies", "finetune").health == "ok"
-    finally:
-        monkeypatch.undo()
-        registry("strategies").refresh()
 
 
 def test_list_imports_no_plugin_and_no_torch():

@@ -143,20 +143,13 @@ def test_list_shows_raw_releases_and_prepared_relation_sets(tmp_path, capsys, mo
 
 
 def test_list_shows_a_task_plugin_that_fails_to_import(tmp_path, capsys, monkeypatch):
-    from helpers import fake_distribution
-    from kinject.registry import registry
+    from helpers import installed
 
-    monkeypatch.setenv("COLUMNS", "400")
-    root = fake_distribution(tmp_path / "site", "kinject-broken-task", """
-        [kinject.tasks]
-        brokentask = broken_task_module:Task
-        """, {"broken_task_module": 'raise ImportError("needs a missing thing")\n'})
-    monkeypatch.syspath_prepend(str(root))
-    registry("tasks").refresh()
-    try:
+    with installed(monkeypatch, tmp_path / "site", "kinject-broken-task", """
+            [kinject.tasks]
+            brokentask = broken_task_module:Task
+            """, {"broken_task_module": 'raise ImportError("needs a missing thing")\n'}, "tasks"):
+        monkeypatch.setenv("COLUMNS", "400")
         assert kinject("data", "list", "--data-dir", str(tmp_path)) == 0
-    finally:
-        monkeypatch.undo()
-        registry("tasks").refresh()
     row = _row(capsys.readouterr().out, "task brokentask")
     assert "broken" in row and "needs a missing thing" in row and "kinject-broken-task" in row

@@ -1,7 +1,7 @@
 """Preparing a run: everything that can fail on user input fails here (:func:`prepare`), before any stage starts
 or anything is written - the settings a run starts from (``kinject_start_settings``: a strategy's protocol, a task's
-recommended values), the task, strategy and sources looked up and checked, the facts held out of every source, the
-strategy's stage plan checked."""
+recommended values, the precision), the task, strategy and sources looked up and checked, the facts held out of
+every source, the strategy's stage plan checked."""
 
 from __future__ import annotations
 

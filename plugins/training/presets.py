@@ -101,8 +101,11 @@ def with_precision(spec) -> tuple[Any, dict[str, str]]:
     spec = spec.model_copy(update={"training": training})
     if not on:
         return spec, {}
+    import torch
+
     flags = sorted(cpu_info()[1] & set(BF16_FLAGS))
-    where = f"this CPU computes bfloat16 natively ({', '.join(flags)})" if flags else "this GPU computes bfloat16"
+    where = "this GPU computes bfloat16 natively" if torch.cuda.is_available() else \
+        f"this CPU computes bfloat16 natively ({', '.join(flags)})"
     return spec, {"training.bf16": f"true: {where}: bfloat16 autocast in training and evaluation, task heads in "
                                    "float32"}
 

@@ -95,8 +95,9 @@ MOVED: dict[str, Moved] = {
     "kinject.notebook": Moved(("kinject.plugins.cli.python",), "0.1.0", "0.2.0"),
     **_moved_names("kinject.results", "kinject.plugins.cli.python", "load"),
     # 0.1.0: the settings a run starts from (protocol presets, a task's recommended values) are the training library's
-    **_moved_names("kinject.spec", "kinject.plugins.training.presets", "apply_preset apply_protocol apply_recommended"),
-    **_moved_names("kinject.preparation", "kinject.plugins.training.presets", "QUICK check_protocol"),
+    **_moved_names("kinject.spec", "kinject.plugins.training", "apply_preset apply_protocol apply_recommended"),
+    **_moved_names("kinject.preparation", "kinject.plugins.training", "check_protocol"),
+    **_moved_names("kinject.preparation", "kinject.plugins.training.presets", "QUICK"),
 }
 
 

@@ -3,7 +3,8 @@ models they build and load (:mod:`.task_models`), training through the HF Traine
 batched by length: :mod:`.batching`), prediction (:mod:`.prediction`),
 dev-based model selection (:mod:`.selection`), peft adapters (:mod:`.peft_tuning`), `kinject eval`, the automatic
 decisions a run takes for its user (:mod:`.decisions`: the hook plugin ``decisions``; the cross-validated choice on
-a small train split, :mod:`.choice`, and the default training rules), the model catalogue and loaders
+a small train split, :mod:`.choice`, the default training rules, and the settings a run starts from,
+:mod:`.presets`), the model catalogue and loaders
 (:mod:`.models`: the hook plugin ``models``) and ``--dry-run``'s time estimate (:mod:`.estimate`: the hook plugin
 ``estimate``, from the FLOPs of :mod:`.cost`).
 
@@ -30,5 +31,6 @@ _EXPORTS = {  # name -> the module defining it; imported on first use, so `kinje
     ".stages": ("EvaluateConfig", "FinetuneConfig", "evaluate_body", "evaluate_config_class", "evaluate_model",
                 "evaluate_stage", "finetune_body", "finetune_stage", "run_evaluate_config", "write_predictions"),
     ".task_models": ("MeanPooler", "build_task_model", "load_task_model", "save_model"),
+    ".presets": ("apply_preset", "apply_protocol", "apply_recommended", "check_protocol", "start_settings"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -427,7 +427,7 @@ def test_a_damaged_saved_adapter_fails_the_fused_fine_tune(tmp_path, textcls_dir
 
 def test_the_paper_protocol_sets_the_papers_settings_where_the_run_sets_none(tmp_path, textcls_dir, kg_file):
     from kinject.preparation import prepare
-    from kinject.plugins.training.presets import apply_protocol, apply_recommended
+    from kinject.plugins.training import apply_protocol, apply_recommended
     from kinject.spec_input import build_spec
     from kinject.plugins.mop.strategy import MopStrategy
 

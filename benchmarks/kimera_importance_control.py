@@ -38,7 +38,8 @@ def main() -> None:
     from kinject.plugins.kimera.masks import load_mask
     from kinject.plugins.kimera.scoring import scoring_set
     from kinject.plugins.training import load_task_model
-    from kinject.spec_input import apply_overrides, build_spec
+    from kinject.plugins.training import apply_overrides
+    from kinject.spec_input import build_spec
 
     spec = build_spec(apply_overrides({"task": {"name": "capr"}, "strategy": {"name": "kimera"}}, args.overrides))
     run = prepare(spec)

@@ -25,11 +25,11 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
                      "model_fingerprint"),
     "kinject.splits": ("unit_key",),  # the evaluation unit an example belongs to (its group, else itself)
     "kinject.spec": ("ModelSpec", "PeftSpec", "PluginRef", "RunSpec", "TrainingOverrides", "TrainingSpec"),
-    # building specs (tools such as the STILT matrix, a sweep or a grid), a plugin's config checked
-    "kinject.spec_input": ("FILE_PATH", "apply_overrides", "build_spec", "default_cache_dir", "default_data_dir",
-                           "format_validation_error", "load_spec_file", "load_yaml", "validate_plugin_config"),
-    # knowledge on one footing: how facts are keyed, the held-out facts the engine removes from every source
-    "kinject.knowledge": ("HeldOutFacts", "HeldOutSource", "fact_key", "facts_digest", "held_out_count", "words"),
+    # a spec and a plugin's config checked (reading one from YAML and --set: kinject.plugins.training)
+    "kinject.spec_input": ("FILE_PATH", "build_spec", "default_cache_dir", "default_data_dir",
+                           "format_validation_error", "validate_plugin_config"),
+    # knowledge on one footing: how facts are keyed, the hold-out the engine applies to every source
+    "kinject.knowledge": ("HeldOutSource", "fact_key", "facts_digest", "held_out_count", "words"),
     # errors (one line, exit 2; Interrupted: exit 130/143)
     "kinject.errors": ("DataError", "DataMissingError", "Interrupted", "KinjectError", "PluginLoadError", "SpecError",
                        "UnknownNameError"),
@@ -45,15 +45,15 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.registry": ("BASE_CLASSES", "GROUPS", "SINGULAR", "registry"),  # the plugin kinds
     "kinject.cache": ("lock_held", "make_lock"),  # cross-process locks of the cache's kind (flock or lease)
     "kinject.hooks": ("hookimpl", "plugin_manager"),
-    "kinject.results": ("format_value", "plural", "print_metrics", "summarize_seeds"),
+    "kinject.results": ("plural", "summarize_seeds"),
     "kinject.frontdoor": ("lazy_exports",),  # a library's own front door
-    "kinject.compat": ("deprecated_imports",),  # the moved modules a plugin imports (`kinject list` marks it)
+    "kinject.compat": ("MOVED", "replacement"),  # what moved where (`kinject list` marks a plugin importing it)
     "kinject.machine": ("BF16_FLAGS", "cpu_info", "native_bf16"),  # what decides training.bf16's default
     # running a run
     "kinject.context": ("RunContext",),
     "kinject.preparation": ("prepare", "resolved_spec"),
     "kinject.decisions": ("prepare_runs",),  # the automatic decisions, then prepare: what every entry point calls
-    "kinject.keys": ("explain_miss", "plan"),
+    "kinject.keys": ("plan",),
     "kinject.engine": ("execute", "execute_repeats"),
     "kinject.outputs": ("check_output", "default_output", "run_folder"),
     "kinject.stage_runner": ("check_fence", "stage_flops"),  # a lease's check; the FLOPs an estimate learns from

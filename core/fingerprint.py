@@ -83,6 +83,9 @@ NOT_FOLLOWED: dict[str, str] = {
     "kinject.plugins.training.estimate": "estimates a stage's time (--dry-run), never what it computes",
     "kinject.plugins.knowledge.dose": "the dose record beside a stage's output, as kinject.knowledge's was: its "
                                       "format is covered by keys.CONTRACT",
+    "kinject.plugins.knowledge.held_out": "held-out facts, as kinject.knowledge's were: their digest is keyed",
+    "kinject.plugins.training.spec_files": "reads specs; their values are keyed",
+    "kinject.plugins.training.tables": "prints finished runs' metrics",
 }
 #: Front doors (lazy re-exports, :func:`kinject.frontdoor.lazy_exports`): a name imported from one counts as an
 #: import of the module that defines it.

@@ -1,4 +1,5 @@
-"""Stage keys and the plan: each stage's key, its cache folder, whether it is cached, and why a stage misses.
+"""Stage keys and the plan: each stage's key, its cache folder, whether it is cached, and the record its
+stage.json keeps (what `kinject run --dry-run` compares to say why a stage misses: :mod:`kinject.plugins.cli.misses`).
 
 Key = sha256(stage name + keyed config fields + input stage keys + code fingerprint + library versions +
 :data:`CONTRACT`). See :mod:`kinject.fingerprint` for what the code fingerprint covers.
@@ -7,7 +8,6 @@ Key = sha256(stage name + keyed config fields + input stage keys + code fingerpr
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -95,53 +95,3 @@ def plan(run: RunContext) -> list[PlannedStage]:
         folder = root / stage.name / key[:20]
         out.append(PlannedStage(stage, key, folder, (folder / "stage.json").exists(), record))
     return out
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: value}
-
-
-def record_differences(old: dict, new: dict) -> list[str]:
-    """What differs between two stage records, as short human-readable items."""
-    diffs = []
-    a, b = _flatten(old.get("config", {})), _flatten(new.get("config", {}))
-    for name in sorted(set(a) | set(b)):
-        if a.get(name, "<unset>") != b.get(name, "<unset>"):
-            diffs.append(f"{name}: {a.get(name, '<unset>')!r} -> {b.get(name, '<unset>')!r}")
-    code_a, code_b = old.get("code", {}), new.get("code", {})
-    changed = sorted(m for m in set(code_a) | set(code_b) if code_a.get(m) != code_b.get(m))
-    if changed:
-        diffs.append("code changed: " + ", ".join(changed))
-    for name in sorted(set(old.get("inputs", {})) | set(new.get("inputs", {}))):
-        if old.get("inputs", {}).get(name) != new.get("inputs", {}).get(name):
-            diffs.append(f"input {name} changed")
-    for name in sorted(set(old.get("libraries", {})) | set(new.get("libraries", {}))):
-        if old.get("libraries", {}).get(name) != new.get("libraries", {}).get(name):
-            diffs.append(f"{name} {old.get('libraries', {}).get(name)} -> {new['libraries'].get(name)}")
-    for name in ("config_type", "body", "contract"):
-        if old.get(name) != new.get(name):
-            diffs.append(f"{name}: {old.get(name)} -> {new.get(name)}")
-    return diffs
-
-
-def explain_miss(planned: PlannedStage, cache_dir: Path) -> str:
-    """Why a stage is not cached: the fewest differences to any cached run of the same stage."""
-    best: list[str] | None = None
-    for path in (Path(cache_dir) / "stages" / planned.stage.name).glob("*/stage.json"):
-        try:
-            old = json.loads(path.read_text()).get("record")
-        except (OSError, ValueError):
-            continue
-        if not old:
-            continue
-        diffs = record_differences(old, planned.record)
-        if diffs and (best is None or len(diffs) < len(best)):
-            best = diffs
-    return "; ".join(best) if best else "never run with this cache"
-
-

@@ -193,7 +193,7 @@ class HoldOutRef(Ref):
 
     splits: tuple[str, ...] = ()
     facts: int = Field(0, description="How many facts (name pairs) are held out.")
-    digest: str = Field("", description="What identifies the held-out set (kinject.knowledge.HeldOutFacts.digest).")
+    digest: str = Field("", description="What identifies the held-out set (its digest).")
     task: TaskRef | None = Field(None, json_schema_extra=NOT_KEYED)
     file: str | None = Field(None, json_schema_extra=NOT_KEYED)
     _facts: Any = PrivateAttr(None)
@@ -216,9 +216,10 @@ class HoldOutRef(Ref):
         return self.task.code_modules() if self.task is not None else []
 
     def held_out(self):
-        """The held-out facts (:class:`kinject.knowledge.HeldOutFacts`), computed once."""
+        """The held-out facts (the ``kinject_held_out_facts`` hook's set), computed once."""
         if self._facts is None:
-            from kinject.knowledge import HeldOutFacts
+            from kinject.errors import KinjectError
+            from kinject.hooks import plugin_manager
 
             triples: list[tuple[str, str, str]] = []
             if self.task is not None:
@@ -227,10 +228,11 @@ class HoldOutRef(Ref):
                                   limit=None, max_chars=self.task.max_chars, fold=self.task.fold)
                 for split in self.splits:
                     triples += [(t.head, t.relation, t.tail) for t in task.facts(split, env)]
-            facts = HeldOutFacts(triples, files=[self.file] if self.file else ())  # the file streamed, kept compact
+            facts = plugin_manager().hook.kinject_held_out_facts(triples=triples, files=(self.file,) if self.file else ())
+            if facts is None:
+                raise KinjectError("knowledge.exclude: no hook plugin builds held-out facts (the knowledge library's "
+                                   "'knowledge' hook plugin is missing: `kinject list hooks`)")
             if self.digest and facts.digest != self.digest:
-                from kinject.errors import KinjectError
-
                 raise KinjectError(f"knowledge.exclude: the held-out facts changed since the run was planned "
                                    f"(digest {facts.digest}, planned {self.digest})")
             self._facts = facts

@@ -1,7 +1,6 @@
-"""The run spec: one validated document that says everything a run does.
-
-Loads from YAML, takes ``a.b=c`` overrides, validates as a whole (including each plugin's own config)
-and reports errors as ``field.path: what is wrong (what is allowed)``.
+"""The run spec: one validated document that says everything a run does, validated as a whole (each plugin's own
+config by :mod:`kinject.spec_input`), errors reported as ``field.path: what is wrong (what is allowed)``. The front ends
+read it from YAML and ``a.b=c`` overrides (:mod:`kinject.plugins.training.spec_files`).
 """
 
 from __future__ import annotations

@@ -62,6 +62,13 @@ class HookSpecs:
         it (``decided_by``). No answer: nothing is held out."""
 
     @hookspec(firstresult=True)
+    def kinject_held_out_facts(self, triples: list, files: tuple) -> Any:
+        """The held-out facts (``triples``: (head, relation, tail); ``files``: fact files) as the set the engine removes
+        from every source: ``len``, ``digest`` (changes with the facts and with how they are matched),
+        ``blocks_triple(head, tail)``, ``strip_text(text) -> (text, statements dropped)``. The knowledge library's
+        ``knowledge`` plugin matches names by their words (``HeldOutFacts``)."""
+
+    @hookspec(firstresult=True)
     def kinject_run_dose(self, stages: list) -> dict | None:
         """The knowledge a finished run consumed (metrics.json ``dose``), from its stages' output folders (``(name,
         folder)`` in run order); None: none, or leave it to the next implementation (the knowledge library's

@@ -105,6 +105,37 @@ def static_inspect(value: str, depth: int = 0) -> tuple[str, str]:
     return "", f"{module_name} defines no {attr!r}"
 
 
+_KINJECT_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(kinject[\w.]*)[ \t]+import|import[ \t]+(kinject[\w.]*))", re.M)
+
+
+def deprecated_imports(value: str) -> str:
+    """'' or 'imports kinject.stages (moved to kinject.plugins.training)': the moved kinject modules the package of
+    an entry point's ``value`` imports (its source text, read; nothing imported). Such a plugin runs, with a
+    deprecation warning, for one release; `kinject list` marks it (:data:`kinject.api.MOVED`)."""
+    from pathlib import Path
+
+    from kinject.api import MOVED, replacement
+
+    top = value.partition(":")[0].split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or top == "kinject":
+        return ""
+    files = [Path(p) for p in spec.submodule_search_locations or []]
+    files = [f for folder in files for f in sorted(folder.rglob("*.py"))[:200]] or (
+        [Path(spec.origin)] if spec.origin and spec.origin.endswith(".py") else [])
+    used = set()
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        used |= {a or b for a, b in _KINJECT_IMPORT.findall(text)} & set(MOVED)
+    return "; ".join(f"imports {old} (moved to {replacement(old).split(' (')[0]})" for old in sorted(used))
+
+
 def plugin_info(kind: str, name: str) -> PluginInfo:
     """What a listing knows about plugin ``name`` of ``kind`` (an unknown name: the registry's UnknownNameError)."""
     plugins = registry(kind)

@@ -51,7 +51,7 @@ def print_plugins(kind: str | None = None, check: bool = False, console=None) ->
     from rich.markup import escape
     from rich.table import Table
 
-    from kinject.api import deprecated_imports
+    from kinject.plugins.cli.describe import deprecated_imports
 
     console = pipe_console(console)
     if kind is not None and kind not in KINDS:

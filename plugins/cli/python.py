@@ -57,7 +57,8 @@ def run(strategy: str, task: str | None = None, model: str | None = None, *, ove
     "data/"}``; values are Python values); ``config``: a YAML run spec they apply to; ``quick``: the strategy's quick
     protocol and 64 examples per split. Errors are :class:`kinject.errors.KinjectError` (one line, naming the field).
     """
-    from kinject.api import build_spec, load_spec_file
+    from kinject.api import build_spec
+    from kinject.plugins.training import load_spec_file
 
     _check_arguments(overrides, repeats)
 

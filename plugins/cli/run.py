@@ -17,7 +17,8 @@ console = Console()
 
 
 def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir):
-    from kinject.api import apply_overrides, build_spec, load_spec_file
+    from kinject.api import build_spec
+    from kinject.plugins.training import apply_overrides, load_spec_file
 
     data = load_spec_file(config) if config else {}
     if strategy:
@@ -83,7 +84,8 @@ def describe_training(run) -> list[str]:
 def _dry_run(run_ctx) -> None:
     import yaml
 
-    from kinject.api import build_spec, explain_miss, plan, plugin_manager, prepare, resolved_spec, stage_flops
+    from kinject.api import build_spec, plan, plugin_manager, prepare, resolved_spec, stage_flops
+    from kinject.plugins.cli.misses import explain_miss
 
     resolved = resolved_spec(run_ctx.spec, run_ctx.task, run_ctx.strategy, run_ctx.sources)
     console.print(yaml.safe_dump(resolved, sort_keys=False).rstrip(), markup=False, highlight=False)
@@ -142,7 +144,8 @@ def run(ctx: typer.Context,
                                      "why a miss), run nothing"),
         debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Run a strategy on a task: cached stages, run.json, metrics.json, predictions/, model/ (safetensors)."""
-    from kinject.api import is_main_process, print_metrics
+    from kinject.api import is_main_process
+    from kinject.plugins.training import print_metrics
     from kinject.plugins.cli.python import execute_runs, prepared
 
     if quick:

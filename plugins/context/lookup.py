@@ -16,7 +16,8 @@ import json
 import numpy as np
 from pydantic import Field
 
-from kinject.api import HeldOutFacts, SourceRef, StageContext, is_main_process
+from kinject.api import SourceRef, StageContext, is_main_process
+from kinject.plugins.knowledge import HeldOutFacts
 from kinject.plugins.training import EvaluateConfig, evaluate_model, load_tokenizer, predict, write_predictions
 
 LOOKUP_FILE = "lookup.json"

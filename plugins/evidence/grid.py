@@ -123,7 +123,7 @@ def _matches(match: dict[str, Any], cell: dict[str, Any]) -> bool:
 
 def _cli_sets(sets: list[str]) -> dict[str, Any]:
     """``--set a.b=c`` items as {key: YAML value} (errors as ``kinject run --set``'s)."""
-    from kinject.api import apply_overrides
+    from kinject.plugins.training import apply_overrides
 
     out = {}
     for item in sets:
@@ -137,7 +137,8 @@ def _cli_sets(sets: list[str]) -> dict[str, Any]:
 def load_grid(path: Path, output: Path | None = None, sets: list[str] | None = None) -> Grid:
     """Read and validate a grid file and build its cells; every error is one line (SpecError) naming the file and
     the field, raised before anything is written."""
-    from kinject.api import format_validation_error, load_yaml, registry
+    from kinject.api import format_validation_error, registry
+    from kinject.plugins.training import load_yaml
 
     path = Path(path)
     data = load_yaml(path)

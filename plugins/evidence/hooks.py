@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kinject.api import format_value, hookimpl
+from kinject.api import hookimpl
+from kinject.plugins.training import format_value
 
 
 @hookimpl

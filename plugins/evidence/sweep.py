@@ -96,7 +96,7 @@ def parse_param(path: str, entry: Any, where: str) -> Param:
 
 def load_space(path: Path) -> list[Param]:
     """The search space of a YAML file (SpecError ``file: field: what is wrong``)."""
-    from kinject.api import load_yaml
+    from kinject.plugins.training import load_yaml
 
     data = load_yaml(Path(path))
     if not data:
@@ -168,7 +168,7 @@ def base_spec_data(strategy: str, task: str | None, config: Path | None, sets: l
                    fields: dict[str, Any]) -> dict:
     """The sweep's fixed part: ``--config`` YAML, strategy and task names, ``fields`` (e.g. ``model.name``,
     ``seed``), then ``--set`` overrides. No ``output``: each trial sets its own."""
-    from kinject.api import apply_overrides, load_spec_file
+    from kinject.plugins.training import apply_overrides, load_spec_file
 
     data = load_spec_file(config) if config else {}
     for key, name in (("strategy", strategy), ("task", task)):

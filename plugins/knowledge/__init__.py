@@ -4,7 +4,7 @@ Methods build on it; it builds on the kernel (:mod:`kinject.api`), the training 
 
 Its front door: a method imports what it uses from here (``from kinject.plugins.knowledge import build_kg_data``);
 the modules behind it (``kg.*``, ``sources.*``, ``mlm``, ``masked_lm``, ``masking``, ``packing``, ``probe``,
-``default``, ``dose``, ``hooks``, ``footing``, ``cli``) are internal. Names are imported on first use, so importing the
+``default``, ``dose``, ``held_out``, ``hooks``, ``footing``, ``cli``) are internal. Names are imported on first use, so importing the
 package imports none of them; in a stage's key a name counts as its defining module. docs/plugins.md lists every name.
 """
 
@@ -30,6 +30,8 @@ _EXPORTS = {  # name -> the module defining it
     ".packing": ("SEP_WORD", "mlm_model_ref", "pack_stage", "pack_to_arrow", "read_texts"),
     ".masking": ("WholeWordMaskCollator",),
     ".masked_lm": ("load_mlm", "missing_mlm_head", "sparse_prediction", "train_mlm", "transfer_embeddings"),
+    # the held-out facts as the library matches them (the hook plugin ``knowledge`` hands them to the engine)
+    ".held_out": ("HeldOutFacts", "read_fact_file"),
     # provenance of facts: what an input that is not a source (a task, a model that is a run) saw of the held-out
     ".provenance": ("DEFAULT_EXCLUDE", "filtered_task_ref", "model_input", "record", "task_input"),
     # the dose a stage consumed (dose.json), and the run's (metrics.json dose) from its stages'

@@ -1,6 +1,7 @@
 """The knowledge library's side of knowledge on one footing: the hook plugin ``knowledge`` (entry point group
 ``kinject.hooks``) that answers the kernel's
 
+* ``kinject_held_out_facts``: the held-out facts as :class:`.held_out.HeldOutFacts` (names matched by their words);
 * ``kinject_default_exclude``: a run that leaves ``knowledge.exclude`` unset holds out the facts of its task's dev and
   test items (:data:`DEFAULT_EXCLUDE`: the comparison is one of generalisation; ``[]`` is memorisation);
 * ``kinject_run_dose``: the run's ``dose`` is the sum of its stages' (:func:`.dose.combine_doses`), announced in one
@@ -16,13 +17,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kinject.api import format_value, hookimpl
+from kinject.api import hookimpl
+from kinject.plugins.training import format_value
 
 from .dose import combine_doses, dose_line
+from .held_out import HeldOutFacts
 from .provenance import DEFAULT_EXCLUDE
 
 NAME = "knowledge"  # the entry point's name
 log = logging.getLogger("kinject")
+
+
+@hookimpl
+def kinject_held_out_facts(triples: list, files: tuple) -> HeldOutFacts:
+    return HeldOutFacts(triples, files=files)  # a file streamed, kept compact
 
 
 @hookimpl

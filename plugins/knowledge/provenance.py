@@ -26,7 +26,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from kinject.api import HeldOutFacts, SpecError
+from kinject.api import SpecError
+
+from .held_out import HeldOutFacts
 
 log = logging.getLogger("kinject")
 

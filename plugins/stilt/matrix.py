@@ -110,7 +110,8 @@ def plan_cells(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int)
 
 def cell_spec(cell: Cell, base: dict[str, Any], sets: list[str]):
     """The run spec of one cell: base fields, the target task, finetune or stilt, --set overrides, seed."""
-    from kinject.api import apply_overrides, build_spec
+    from kinject.api import build_spec
+    from kinject.plugins.training import apply_overrides
 
     data = copy.deepcopy(base)
     data["task"] = cell.target.ref()

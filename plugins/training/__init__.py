@@ -5,8 +5,9 @@ dev-based model selection (:mod:`.selection`), peft adapters (:mod:`.peft_tuning
 decisions a run takes for its user (:mod:`.decisions`: the hook plugin ``decisions``; the cross-validated choice on
 a small train split, :mod:`.choice`, the default training rules, and the settings a run starts from,
 :mod:`.presets`), the model catalogue and loaders
-(:mod:`.models`: the hook plugin ``models``) and ``--dry-run``'s time estimate (:mod:`.estimate`: the hook plugin
-``estimate``, from the FLOPs of :mod:`.cost`).
+(:mod:`.models`: the hook plugin ``models``), ``--dry-run``'s time estimate (:mod:`.estimate`: the hook plugin
+``estimate``, from the FLOPs of :mod:`.cost`), and what the front ends share: a spec read from YAML and ``--set``
+(:mod:`.spec_files`) and the metrics table (:mod:`.tables`).
 
 Strategies import the builders from here::
 
@@ -32,5 +33,7 @@ _EXPORTS = {  # name -> the module defining it; imported on first use, so `kinje
                 "evaluate_stage", "finetune_body", "finetune_stage", "run_evaluate_config", "write_predictions"),
     ".task_models": ("MeanPooler", "build_task_model", "load_task_model", "save_model"),
     ".presets": ("apply_preset", "apply_protocol", "apply_recommended", "check_protocol", "start_settings"),
+    ".spec_files": ("apply_overrides", "load_spec_file", "load_yaml", "resolve_config_paths"),
+    ".tables": ("format_value", "print_metrics"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

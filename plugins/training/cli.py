@@ -23,7 +23,9 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
 
     from rich.console import Console
 
-    from kinject.api import KinjectError, apply_overrides, build_spec, prepare, print_metrics, run_folder
+    from kinject.api import KinjectError, build_spec, prepare, run_folder
+    from kinject.plugins.training.spec_files import apply_overrides
+    from kinject.plugins.training.tables import print_metrics
 
     from .stages import EvaluateConfig, evaluate_model, run_evaluate_config, write_predictions
 

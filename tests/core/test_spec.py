@@ -1,22 +1,12 @@
-"""Run specs: YAML, overrides, whole-spec validation with field paths."""
+"""Run specs: whole-spec validation with field paths, plugin configs checked into them (reading a spec from YAML and
+--set: tests/training/test_spec_files.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kinject.errors import SpecError
-from kinject.spec_input import apply_overrides, build_spec, load_yaml
-
-
-def test_defaults_and_overrides_are_typed():
-    data = apply_overrides({"task": {"name": "textcls"}},
-                           ["training.epochs=2", "strategy.name=stilt", "strategy.intermediate=[a, b]", "seed=7", "sources.0.name=hpo",
-                            "model.name=tiny"])
-    spec = build_spec(data)
-    assert spec.training.epochs == 2.0 and spec.seed == 7
-    assert spec.strategy.options() == {"intermediate": ["a", "b"]}
-    assert spec.sources[0].name == "hpo"
-    assert spec.model.name == "tiny" and spec.model.max_length == 128
+from kinject.spec_input import build_spec
 
 
 def test_unknown_field_names_path_and_allowed_fields():
@@ -48,24 +38,6 @@ def test_unknown_plugin_name_suggests(cache_dir):
     spec = build_spec({"task": {"name": "textcl"}, "strategy": {"name": "finetun"}})
     with pytest.raises(UnknownNameError, match=r"task.name: unknown task 'textcl'. Did you mean 'textcls'"):
         resolve_components(spec)
-
-
-def test_yaml_errors_name_file_and_line(tmp_path):
-    bad = tmp_path / "run.yaml"
-    bad.write_text("task:\n  name: textcls\ntraining: [unclosed\n")
-    with pytest.raises(SpecError, match=rf"^{bad}:\d+: invalid YAML"):
-        load_yaml(bad)
-    listy = tmp_path / "list.yaml"
-    listy.write_text("- a\n- b\n")
-    with pytest.raises(SpecError, match=r"list.yaml:1: a run spec must be a mapping"):
-        load_yaml(listy)
-
-
-def test_override_syntax_errors():
-    with pytest.raises(SpecError, match="expected KEY=VALUE"):
-        apply_overrides({}, ["training.epochs"])
-    with pytest.raises(SpecError, match="empty field name"):
-        apply_overrides({}, ["training..epochs=1"])
 
 
 def test_training_overrides_replace_only_the_fields_they_set():

@@ -149,9 +149,9 @@ def test_editing_a_stage_s_code_reruns_it(tmp_path, textcls_dir, tiny_model, mon
     module.write_text(module.read_text().replace('" v1"', '" v2"'))  # the body's code changes
     plan = planned(spec)["probe-write"]
     assert not plan.cached
-    from kinject import keys
+    from kinject.plugins.cli.misses import explain_miss
 
-    assert "code changed: kinject_probe_strategy" in keys.explain_miss(plan, tmp_path / "cache")
+    assert "code changed: kinject_probe_strategy" in explain_miss(plan, tmp_path / "cache")
 
 
 def test_a_closure_is_not_a_stage_body(tmp_path, textcls_dir, tiny_model, capsys):

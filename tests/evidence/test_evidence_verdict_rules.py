@@ -146,7 +146,7 @@ def test_run_result_and_the_printed_lines_carry_the_flag_and_the_probe_sentence(
     from rich.console import Console
 
     from kinject import RunResult
-    from kinject.results import print_metrics
+    from kinject.plugins.training import print_metrics
 
     flag = {"reason": "constant predictor (every prediction \"other\")", "constant": True}
     metrics = {"test": {"accuracy": 0.5},

@@ -1,4 +1,4 @@
-"""Knowledge on one footing (kinject.knowledge): facts held out of every source of every strategy, the dose a run
+"""Knowledge on one footing (kinject.knowledge and the knowledge library's held-out facts): facts held out of every source of every strategy, the dose a run
 consumed (metrics.json ``dose``), one dose setting for every strategy (``knowledge.epochs``)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ HELD = [("gene 00", "causes", "protein 01"), ("protein 01", "treats", "cell 02")
 
 def test_held_out_facts_match_name_pairs_either_way_and_texts_that_name_both():
     from kinject.api import fact_key
-    from kinject.knowledge import HeldOutFacts
+    from kinject.plugins.knowledge import HeldOutFacts
 
     facts = HeldOutFacts([("Seizure", "is a", "Abnormality of the nervous system")])
     assert facts.blocks_triple("seizure", "Abnormality of the Nervous System")
@@ -29,6 +29,44 @@ def test_held_out_facts_match_name_pairs_either_way_and_texts_that_name_both():
                                                                                                     "Seizure")
     assert len(facts) == 1 and facts.digest == HeldOutFacts([("seizure", "x", "abnormality of the nervous "
                                                                                "system")]).digest
+
+
+def test_the_engine_applies_the_held_out_facts_the_hook_builds(tmp_path):
+    """How held-out facts are matched is the knowledge library's (``kinject_held_out_facts``): a plugin's tryfirst
+    implementation is what every source is filtered with, and its digest keys the hold-out."""
+    from kinject.api import HoldOutRef, SourceRef, hookimpl, plugin_manager
+    from kinject.plugins.knowledge import HeldOutFacts
+
+    kg, held = _kg_and_facts(tmp_path)
+    built = HoldOutRef(file=str(held)).held_out()
+    assert isinstance(built, HeldOutFacts) and len(built) == 3  # the knowledge library's, by default
+
+    class ExactNames(HeldOutFacts):  # a replacement: only the first held-out fact, and its own digest
+        digest = "exact-names"
+
+        def blocks_triple(self, head: str, tail: str) -> bool:
+            return (head, tail) == HELD[0][::2]
+
+    class Exact:
+        @hookimpl(tryfirst=True)
+        def kinject_held_out_facts(self, triples, files):
+            return ExactNames(triples, files=files)
+
+    manager = plugin_manager()
+    manager.register(Exact(), name="exact")
+    try:
+        ref = HoldOutRef(file=str(held))
+        assert ref.held_out().digest == "exact-names"
+        from kinject.api import Environment, registry
+
+        source = registry("sources").get("triples")
+        source = source(source.Config(path=str(kg)))
+        env = Environment(data_dir=tmp_path, cache_dir=tmp_path / "cache")
+        held_ref = SourceRef.of(source, env).holding_out(ref)
+        kept = {(t.head, t.tail) for t in held_ref.build().iter_triples(env)}
+        assert HELD[0][::2] not in kept and HELD[1][::2] in kept  # the replacement's rule, not the library's
+    finally:
+        manager.unregister(name="exact")
 
 
 def _kg_and_facts(tmp_path: Path) -> tuple[Path, Path]:

@@ -9,7 +9,8 @@ from kinject.api import KnowledgeSource, SpecError, UnknownNameError, registry
 
 def open_source(source: str, sets: list[str] | None = None) -> KnowledgeSource:
     """``hpo``, ``umls --set path=META`` or ``path/to/triples.tsv`` (a file or folder -> ``triples``)."""
-    from kinject.api import PluginRef, apply_overrides, validate_plugin_config
+    from kinject.api import PluginRef, validate_plugin_config
+    from kinject.plugins.training import apply_overrides
 
     options = apply_overrides({}, sets or [])
     names = registry("sources").names()

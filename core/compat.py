@@ -7,7 +7,8 @@ naming its replacement; :data:`MOVED` says what moved where, and from which rele
 that release an import of the old place fails, and :func:`explain_import_error` turns the failure into one line
 naming the move (docs/plugins.md#compatibility-and-migration).
 
-`kinject list` marks a plugin whose package imports a moved module (from this table; :mod:`kinject.plugins.cli.describe`).
+`kinject list` marks a plugin whose package imports a moved module (from this table;
+:mod:`kinject.plugins.cli.describe`).
 A plugin may declare the kinject it needs in its distribution's metadata (``dependencies = ["kinject>=0.1,<0.3"]``,
 i.e. ``Requires-Dist``); :func:`api_mismatch` says, in one line, when the running kinject does not satisfy it.
 """

@@ -228,7 +228,8 @@ class HoldOutRef(Ref):
                                   limit=None, max_chars=self.task.max_chars, fold=self.task.fold)
                 for split in self.splits:
                     triples += [(t.head, t.relation, t.tail) for t in task.facts(split, env)]
-            facts = plugin_manager().hook.kinject_held_out_facts(triples=triples, files=(self.file,) if self.file else ())
+            files = (self.file,) if self.file else ()
+            facts = plugin_manager().hook.kinject_held_out_facts(triples=triples, files=files)
             if facts is None:
                 raise KinjectError("knowledge.exclude: no hook plugin builds held-out facts (the knowledge library's "
                                    "'knowledge' hook plugin is missing: `kinject list hooks`)")

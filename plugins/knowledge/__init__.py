@@ -4,8 +4,8 @@ Methods build on it; it builds on the kernel (:mod:`kinject.api`), the training 
 
 Its front door: a method imports what it uses from here (``from kinject.plugins.knowledge import build_kg_data``);
 the modules behind it (``kg.*``, ``sources.*``, ``mlm``, ``masked_lm``, ``masking``, ``packing``, ``probe``,
-``default``, ``dose``, ``held_out``, ``hooks``, ``footing``, ``cli``) are internal. Names are imported on first use, so importing the
-package imports none of them; in a stage's key a name counts as its defining module. docs/plugins.md lists every name.
+``default``, ``dose``, ``held_out``, ``hooks``, ``footing``, ``cli``) are internal. Names are imported on first use, so
+importing the package imports none of them; in a stage's key a name counts as its defining module. docs/plugins.md lists every name.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Knowledge on one footing (kinject.knowledge and the knowledge library's held-out facts): facts held out of every source of every strategy, the dose a run
-consumed (metrics.json ``dose``), one dose setting for every strategy (``knowledge.epochs``)."""
+"""Knowledge on one footing (kinject.knowledge, the knowledge library's held-out facts): facts held out of every
+source of every strategy, the dose a run consumed (metrics.json ``dose``), one dose setting for every strategy
+(``knowledge.epochs``)."""
 
 from __future__ import annotations
 

@@ -14,10 +14,11 @@ any of these with its own ``@hookimpl(tryfirst=True)``, and run.json's ``decided
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
-from kinject.api import hookimpl
+from kinject.api import file_digest, hookimpl
 from kinject.plugins.training import format_value
 
 from .dose import combine_doses, dose_line
@@ -30,7 +31,14 @@ log = logging.getLogger("kinject")
 
 @hookimpl
 def kinject_held_out_facts(triples: list, files: tuple) -> HeldOutFacts:
-    return HeldOutFacts(triples, files=files)  # a file streamed, kept compact
+    return _held_out(tuple(tuple(t) for t in triples), tuple((str(f), file_digest(f)) for f in files))
+
+
+@functools.lru_cache(maxsize=4)
+def _held_out(triples: tuple, files: tuple) -> HeldOutFacts:
+    """The held-out facts, built once per process for the same triples and file contents (a file streamed, kept
+    compact): the seeds of --repeats, grid cells and sweep trials share one read of a large exclude file."""
+    return HeldOutFacts(triples, files=[path for path, _ in files])
 
 
 @hookimpl

@@ -55,3 +55,22 @@ def test_small_and_large_key_sets_answer_alike(monkeypatch):
         assert small.blocks_triple(head, tail) == large.blocks_triple(head, tail)
     text = "Term 10 is a parent 3; term 11 is a parent 2."
     assert small.strip_text(text) == large.strip_text(text) == ("term 11 is a parent 2.", 1)  # term 10 -> parent 3 is held out
+
+
+def test_a_facts_file_is_read_once_per_content_in_a_process(tmp_path, monkeypatch):
+    """The seeds of --repeats, grid cells and sweep trials prepare the same hold-out: its file is read once, and again
+    only when its content changes."""
+    import kinject.plugins.knowledge.held_out as held_out
+    from kinject.api import plugin_manager
+
+    path = tmp_path / "held.tsv"
+    _write_facts(path, 30)
+    reads = []
+    original = held_out.read_fact_file
+    monkeypatch.setattr(held_out, "read_fact_file", lambda p: reads.append(p) or original(p))
+    build = plugin_manager().hook.kinject_held_out_facts
+    first, again = build(triples=[], files=(str(path),)), build(triples=[], files=(str(path),))
+    assert again is first and len(first) == 30 and len(reads) == 1
+    _write_facts(path, 31)
+    assert len(build(triples=[], files=(str(path),))) == 31 and len(reads) == 2
+    assert build(triples=[("a", "is a", "b")], files=(str(path),)) is not first

@@ -277,7 +277,7 @@ def grid_run(file: Path = _GRID_FILE,
                 raise type(exc)(f"{file}: cell {system.id}: {exc}") from None
             except api.KinjectError as exc:
                 raise api.KinjectError(f"{file}: cell {system.id}: {exc}") from None
-        say = lambda line: console.print(line, markup=False, highlight=False)  # noqa: E731
+        say = lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
         if how == "slurm":
             grid_exec.submit_slurm(loaded, todo, slurm, say)
             return

@@ -83,6 +83,7 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
     from filelock import Timeout
 
     from kinject.api import make_lock
+    from kinject.plugins.evidence.learned import run_not_learned
 
     threads = job.get("threads") if "OMP_NUM_THREADS" not in os.environ else None  # the user's setting wins
     if threads:
@@ -127,7 +128,9 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
             return {"id": cell.id, "state": "failed", "error": _error_line(exc), "seconds": seconds}
         seconds = round(time.perf_counter() - clock, 3)
         write_status(cell, state="done", started=started, seconds=seconds, job=_job_id())
-        return {"id": cell.id, "state": "done", "seconds": seconds}
+        flag = run_not_learned(cell.run_dir)  # said per cell, as `kinject run` says it per run (the board flags it too)
+        return {"id": cell.id, "state": "done", "seconds": seconds,
+                **({"not_learned": flag["reason"]} if flag and flag.get("reason") else {})}
     finally:
         lock.release()
 
@@ -167,6 +170,8 @@ def _record(result: dict, cell: Cell, announce: Callable[[str], None]) -> dict:
         line += f": {result.get('error', '?')}"
     elif state == "running":
         line += f" ({result.get('detail', '')}; skipped)"
+    elif result.get("not_learned"):
+        line += f"; warning: learned nothing on test: {result['not_learned']} (a comparison with it says nothing)"
     announce(line)
     return result
 

@@ -70,13 +70,21 @@ def test_dry_run_before_lists_every_cell_to_compute_and_writes_nothing(grid_run)
 
 
 def test_debug_executor_runs_every_cell_as_an_ordinary_run(grid_run, data):
+    from kinject.plugins.evidence import run_not_learned
     from kinject.plugins.evidence.runs import find_runs
 
     code, text, err = grid_run["ran"]
     assert code == 0, err
     out = grid_run["out"]
+    warned = set()
     for cell in CELLS:
         assert f"{cell}: done" in text
+        line = next(x for x in text.splitlines() if x.startswith(f"{cell}: done"))  # said when the cell ends
+        flag = run_not_learned(out / cell)
+        assert ("warning: learned nothing on test: " in line) == bool(flag), line
+        if flag:
+            warned.add(cell)
+            assert flag["reason"] in line
         run_dir = out / cell
         info = json.loads((run_dir / "run.json").read_text())
         spec = yaml.safe_load(run_dir.with_suffix(".yaml").read_text())  # the cell's spec, beside its folder
@@ -91,6 +99,7 @@ def test_debug_executor_runs_every_cell_as_an_ordinary_run(grid_run, data):
     assert sorted(find_runs([str(out / "textcls" / "lora")])[0].runs) == [42, 43]  # a --repeats-style folder
     assert "4 cells: 4 done, 0 running, 0 failed, 0 pending" in text
     assert {p.name for p in out.iterdir()} >= {"leaderboard.md", "leaderboard.html", "leaderboard.json"}
+    assert warned  # two steps of a tiny random BERT: at least one cell predicts one class
 
 
 def test_resubmission_computes_nothing_and_dry_run_shows_the_cache(grid_run, data, cache_dir):

@@ -24,7 +24,7 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.refs": ("HoldOutRef", "InputTransform", "ModelRef", "SourceRef", "TaskRef", "files_fingerprint",
                      "model_fingerprint"),
     "kinject.splits": ("unit_key",),  # the evaluation unit an example belongs to (its group, else itself)
-    "kinject.spec": ("ModelSpec", "PeftSpec", "PluginRef", "RunSpec", "TrainingOverrides", "TrainingSpec"),
+    "kinject.spec": ("MAX_EPOCHS", "MAX_STEPS", "ModelSpec", "PeftSpec", "PluginRef", "RunSpec", "TrainingSpec"),
     # a spec and a plugin's config checked (reading one from YAML and --set: kinject.plugins.training)
     "kinject.spec_input": ("FILE_PATH", "build_spec", "default_cache_dir", "default_data_dir",
                            "format_validation_error", "validate_plugin_config"),
@@ -34,10 +34,9 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.errors": ("DataError", "DataMissingError", "Interrupted", "KinjectError", "PluginLoadError", "SpecError",
                        "UnknownNameError"),
     # models
-    "kinject.models": ("masked_mean", "offline", "resolve_model"),  # the catalogue and loaders: the training library
+    "kinject.models": ("offline", "resolve_model"),  # the catalogue and loaders: the training library
     # data files and the disk
-    "kinject.io": ("bounded_lines", "capped", "file_digest", "iter_lines", "line_cap", "open_text", "package_folder",
-                   "plain"),  # the line reader; the format readers are kinject.tasks
+    "kinject.io": ("bounded_lines", "capped", "file_digest", "iter_lines", "line_cap", "open_text"),  # the line reader
     "kinject.files": ("FAULTS", "atomic_directory", "atomic_file", "atomic_write_text", "check_weights",
                       "check_writable", "weights_problem"),  # FAULTS: errno -> the one line a disk fault reads as
     # processes, plugins, hooks
@@ -45,16 +44,15 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.registry": ("BASE_CLASSES", "GROUPS", "SINGULAR", "registry"),  # the plugin kinds
     "kinject.cache": ("lock_held", "make_lock"),  # cross-process locks of the cache's kind (flock or lease)
     "kinject.hooks": ("hookimpl", "plugin_manager"),
-    "kinject.results": ("plural", "summarize_seeds"),
     "kinject.frontdoor": ("lazy_exports",),  # a library's own front door
     "kinject.compat": ("MOVED", "replacement"),  # what moved where (`kinject list` marks a plugin importing it)
-    "kinject.machine": ("BF16_FLAGS", "cpu_info", "native_bf16"),  # what decides training.bf16's default
+    "kinject.machine": ("BF16_FLAGS", "cpu_info"),  # the CPU's bf16 instructions (the default: the training library)
     # running a run
     "kinject.context": ("RunContext",),
     "kinject.preparation": ("prepare", "resolved_spec"),
     "kinject.decisions": ("prepare_runs",),  # the automatic decisions, then prepare: what every entry point calls
     "kinject.keys": ("plan",),
-    "kinject.engine": ("execute", "execute_repeats"),
+    "kinject.engine": ("execute", "execute_into"),  # a run; into a folder of several (--repeats: the training library)
     "kinject.outputs": ("check_output", "default_output", "run_folder"),
     "kinject.stage_runner": ("check_fence", "stage_flops"),  # a lease's check; the FLOPs an estimate learns from
 }

@@ -83,7 +83,15 @@ MOVED: dict[str, Moved] = {
     **_moved_names("kinject.models", "kinject.plugins.training",
                    "keep_layers load_encoder load_tokenizer minilm_path model_config usable_positions"),
     **_moved_names("kinject.models", "kinject.plugins.training.models", "TINY_VERSION build_tiny check_model_settings"),
-    **_moved_names("kinject.models", "kinject.machine", "native_bf16"),
+    # 0.1.0: what only the libraries and tasks use: a numpy value made JSON-writable, mean pooling, a package's data
+    **_moved_names("kinject.api", "kinject.plugins.training", "plain"),
+    **_moved_names("kinject.io", "kinject.plugins.training", "plain"),
+    **_moved_names("kinject.api", "kinject.tasks", "masked_mean package_folder"),
+    **_moved_names("kinject.models", "kinject.tasks", "masked_mean"),
+    **_moved_names("kinject.io", "kinject.tasks", "package_folder"),
+    # 0.1.0: the rule behind training.bf16's default (native_bf16) is the training library's decision
+    **{f"{old}:native_bf16": Moved(("kinject.plugins.training:native_bf16",), "0.1.0", "0.2.0")
+       for old in ("kinject.models", "kinject.machine", "kinject.api")},
     # 0.1.0: the data formats' readers left the kernel for the data layer (the kernel keeps its line reader)
     **_moved_names("kinject.api", "kinject.tasks",
                    "count_lines first_line progress read_csv_columns read_jsonl read_tsv text_field"),
@@ -95,7 +103,6 @@ MOVED: dict[str, Moved] = {
     "kinject.cli.main": Moved(("kinject.plugins.cli.app",), "0.1.0", "0.2.0"),
     "kinject.hooks.default": Moved(("kinject.plugins.trackers.runlog",), "0.1.0", "0.2.0"),
     "kinject.notebook": Moved(("kinject.plugins.cli.python",), "0.1.0", "0.2.0"),
-    **_moved_names("kinject.results", "kinject.plugins.cli.python", "load"),
     # 0.1.0: the settings a run starts from (protocol presets, a task's recommended values) are the training library's
     **_moved_names("kinject.spec", "kinject.plugins.training", "apply_preset apply_protocol apply_recommended"),
     **_moved_names("kinject.preparation", "kinject.plugins.training", "check_protocol"),
@@ -106,10 +113,20 @@ MOVED: dict[str, Moved] = {
                    "apply_overrides format_value load_spec_file load_yaml print_metrics"),
     **_moved_names("kinject.spec_input", "kinject.plugins.training",
                    "apply_overrides load_spec_file load_yaml resolve_config_paths"),
-    **_moved_names("kinject.results", "kinject.plugins.training", "format_value print_metrics"),
     **_moved_names("kinject.api", "kinject.plugins.cli.misses", "explain_miss"),
     **_moved_names("kinject.keys", "kinject.plugins.cli.misses", "explain_miss record_differences"),
     **_moved_names("kinject.api", "kinject.plugins.cli.describe", "deprecated_imports"),
+    # 0.1.0: the training settings a stage holds (a fine-tune's, a method stage's, a strategy's overrides) are the
+    # training library's policy
+    **_moved_names("kinject.api", "kinject.plugins.training", "TrainingOverrides"),
+    **_moved_names("kinject.spec", "kinject.plugins.training", "TrainingOverrides"),
+    "kinject.spec:TrainingSpec.for_training": Moved(("kinject.plugins.training:finetune_training",), "0.1.0", "0.2.0"),
+    "kinject.spec:TrainingSpec.for_method_stage": Moved(("kinject.plugins.training:method_stage_training",), "0.1.0",
+                                                        "0.2.0"),
+    # 0.1.0: a run over several seeds and the summaries over seeds are the training library's (load: kinject.load)
+    "kinject.results": Moved(("kinject.plugins.training", "kinject.plugins.cli.python"), "0.1.0", "0.2.0"),
+    **_moved_names("kinject.api", "kinject.plugins.training", "execute_repeats plural summarize_seeds"),
+    **_moved_names("kinject.engine", "kinject.plugins.training", "execute_repeats"),
     # 0.1.0: how held-out facts are matched is the knowledge library's (the engine asks it: kinject_held_out_facts)
     **_moved_names("kinject.api", "kinject.plugins.knowledge", "HeldOutFacts"),
     **_moved_names("kinject.knowledge", "kinject.plugins.knowledge", "HeldOutFacts read_fact_file"),
@@ -155,6 +172,16 @@ def moved_attribute(module: str, name: str, stacklevel: int = 2) -> Any:
     _warn(old, stacklevel + 1)
     target, _, attr = moved.new[0].partition(":")
     return getattr(importlib.import_module(target), attr)
+
+
+def call_moved(old: str, *args: Any, **kwargs: Any) -> Any:
+    """Call what the moved method or function ``old`` (``"module:Class.method"``) is now, with a warning."""
+    moved = MOVED[old]
+    if not served(moved):
+        raise AttributeError(f"{old.replace(':', '.')} moved to {replacement(old)} in kinject {moved.since}")
+    _warn(old, 3)
+    target, _, attr = moved.new[0].partition(":")
+    return getattr(importlib.import_module(target), attr)(*args, **kwargs)
 
 
 class _Alias(importlib.abc.Loader):

@@ -26,7 +26,6 @@ from kinject import __version__
 from kinject.distributed import barrier
 from kinject.interfaces import RUN_METRICS_FILE, Stage
 from kinject.stage_runner import run_stages
-from kinject.results import summarize_seeds
 from kinject.context import RunContext
 from kinject.outputs import describe_data, run_folder
 from kinject.preparation import resolved_spec
@@ -73,14 +72,15 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
     """Run every stage and write the run folder ``output`` (run.json, metrics.json, model/, artifacts, kinject.log),
     replacing an earlier run there atomically."""
     with run_folder(output, run, "group" if run.members else "run") as tmp:
-        metrics = _run_into(run, tmp, Path(output))
+        metrics = execute_into(run, tmp, Path(output))
     barrier()
     return metrics
 
 
-def _run_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, Any]:
-    """Run ``run`` writing its files into ``folder`` (None: a process that writes nothing); ``shown`` is where the
-    folder will be once the run succeeds (for hooks and messages)."""
+def execute_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, Any]:
+    """Run ``run`` writing its files into ``folder``, a folder inside one :func:`run_folder` holds (None: a process
+    that writes nothing); ``shown`` is where it will be once the run succeeds (for hooks and messages). Several seeds
+    into one folder: the training library's ``execute_repeats``."""
     from transformers import set_seed
 
     if run.members:
@@ -172,18 +172,6 @@ def knowledge_record(run: RunContext) -> dict:
             "inputs": run.inputs}
 
 
-def execute_repeats(runs: list[RunContext], output: Path) -> dict[str, Any]:
-    """Run prepared runs that differ only in seed into ``output/seed-<s>`` and summarise them (the folder is
-    replaced as a whole, atomically)."""
-    with run_folder(output, runs[0], "repeats") as tmp:
-        per_seed = {run.spec.seed: _run_into(run, tmp / f"seed-{run.spec.seed}" if tmp else None,
-                                             Path(output) / f"seed-{run.spec.seed}") for run in runs}
-        summary = summarize_seeds(per_seed)
-        if tmp is not None:
-            (tmp / "metrics.json").write_text(json.dumps(summary, indent=2))
-    barrier()
-    return summary
-
 
 def _run_group_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, Any]:
     """Run the strategy on every member of a task group (e.g. BLURB) and write the group summary.
@@ -196,7 +184,7 @@ def _run_group_into(run: RunContext, folder: Path | None, shown: Path) -> dict[s
         if member_run is None:
             missing[name] = reason
             continue
-        member_metrics[name] = _run_into(member_run, folder / name if folder else None, shown / name)
+        member_metrics[name] = execute_into(member_run, folder / name if folder else None, shown / name)
     summary = run.task.summarize(member_metrics, run.env)
     summary["missing"] = missing
     if folder is not None:

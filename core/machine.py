@@ -28,16 +28,6 @@ def cpu_info() -> tuple[str, set[str]]:
     return name or platform.processor(), flags
 
 
-def native_bf16() -> bool:
-    """Whether this machine computes bfloat16 natively: a CUDA GPU that supports it, else a CPU with the
-    AVX512-BF16 or AMX-BF16 instructions (Linux: /proc/cpuinfo). Elsewhere bf16 autocast is slower than float32."""
-    import torch
-
-    if torch.cuda.is_available():
-        return bool(torch.cuda.is_bf16_supported())
-    return bool(cpu_info()[1] & {"avx512_bf16", "amx_bf16"})
-
-
 def _version(package: str) -> str | None:
     try:
         return version(package)

@@ -1,8 +1,8 @@
 """Models, the kernel's side: a model name resolved to what ``from_pretrained`` accepts and a :class:`ModelRef`'s
 parts loaded, both through hooks (:mod:`kinject.hooks.specs`; the training library's ``models`` plugin holds the
 catalogue - ``tiny``, ``minilm`` - and the loaders, and a plugin adds or replaces names), a name no plugin knows taken
-as a local folder or a hub id; the safety check every local model passes, whoever named it; ``offline()``; and the
-mean pooling tasks score bi-encoders with (tasks sit below every library)."""
+as a local folder or a hub id; the safety check every local model passes, whoever named it; and ``offline()``.
+The mean pooling tasks score bi-encoders with is the data layer's (``kinject.tasks.masked_mean``)."""
 
 from __future__ import annotations
 
@@ -77,9 +77,3 @@ def check_pickled_weights(folder: Path, name: str) -> None:
                                "save the model with safetensors (save_pretrained(dir, safe_serialization=True))") \
                 from None
 
-
-def masked_mean(hidden, attention_mask):
-    """(B, T, D) token states -> (B, D): the mean over the positions the attention mask keeps (a row with none
-    gives zeros), in the states' dtype."""
-    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
-    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)

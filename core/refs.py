@@ -146,20 +146,21 @@ class TaskRef(Ref):
         files = task.data_files(env)
         data = task.describe_data(env) + (f"#{files_fingerprint(files, Path(env.data_dir).resolve())}"
                                           if files else "")
-        if env.fold is not None:  # how the folds are drawn (kinject.splits)
-            from kinject.splits import FOLD_SCHEME
-
-            data += f"#folds:{FOLD_SCHEME}"
         ref = cls(name=task.name, options=task.config.model_dump(mode="json"), data=data, data_seed=env.seed,
                   limit=env.limit, max_chars=env.max_chars, fold=env.fold, data_dir=str(env.data_dir))
         ref._task = task
         return ref
 
     def code_modules(self) -> list[str]:
-        """The task's module, those of the evaluators it scores with and of an input transform."""
+        """The task's module, those of the evaluators it scores with and of an input transform, and for a fold run
+        those of the ``kinject_fold`` implementations (how its folds are drawn)."""
+        from kinject.hooks import plugin_manager
+
         task = self.raw()
         evaluators = [type(ref.build()).__module__ for ref in task.metric_refs()]
-        return [type(task).__module__, *evaluators, *(self.inputs.code_modules() if self.inputs else [])]
+        folds = [impl.function.__module__ for impl in plugin_manager().hook.kinject_fold.get_hookimpls()] \
+            if self.fold else []
+        return [type(task).__module__, *evaluators, *(self.inputs.code_modules() if self.inputs else []), *folds]
 
     def raw(self) -> Task:
         """The task object as configured (the run's own instance when in the same process)."""

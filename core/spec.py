@@ -7,10 +7,11 @@ from __future__ import annotations
 
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kinject.compat import call_moved
 from kinject.fingerprint import NOT_KEYED
 
 
@@ -100,46 +101,11 @@ class TrainingSpec(StrictModel):
     eval_splits: list[str] | None = Field(None, description="Splits the evaluate stage scores (default: the "
                                           "task's evaluation splits, e.g. dev and test).")
 
-    def for_training(self) -> "TrainingSpec":
-        """These settings as a training stage holds them: ``limit`` lives in the task reference and
-        ``eval_splits`` belongs to evaluation, so neither reaches (or keys) a training stage."""
-        return self.model_copy(update={"limit": None, "eval_splits": None})
+    def for_training(self) -> "TrainingSpec":  # the training library's now; served until kinject 0.2.0
+        return call_moved("kinject.spec:TrainingSpec.for_training", self)
 
-    #: settings that belong to fine-tuning a task model, not to a method's own stages (knowledge retraining,
-    #: adapters, distillation, masked-LM): a task's recommended head rate must not leak into them
-    FINETUNING_ONLY: ClassVar[dict[str, Any]] = {"head_learning_rate": None, "min_steps": None, "eval_steps": None,
-                                                 "selection": "last", "select_every": None, "patience": None,
-                                                 "peft": None}
-
-    def for_method_stage(self, **settings: Any) -> "TrainingSpec":
-        """These settings for one of a method's own stages: the fine-tuning-only ones reset (head learning rate,
-        minimum steps, dev scoring and selection) and ``settings`` applied - each stage owns its budget."""
-        update = {**self.FINETUNING_ONLY, **settings}
-        return TrainingSpec.model_validate({**self.for_training().model_dump(), **update})
-
-
-class TrainingOverrides(StrictModel):
-    """Training settings of one stage that differ from the run's `training` (unset: the run's value): a
-    strategy's per-stage budget (STILT's intermediate tasks, DoKTra's teacher and distillation stages)."""
-
-    epochs: float | None = Field(None, **_EPOCHS, description="Training epochs.")
-    max_steps: int | None = Field(None, **_STEPS, description="Optimiser steps (-1: use epochs).")
-    learning_rate: float | None = Field(None, gt=0, description="Peak learning rate.")
-    head_learning_rate: float | None = Field(None, gt=0, description="Peak learning rate of the new task head.")
-    batch_size: int | None = Field(None, ge=1, description="Training batch size.")
-    warmup_ratio: float | None = Field(None, ge=0, le=1, description="Fraction of steps for linear warm-up.")
-    weight_decay: float | None = Field(None, ge=0, description="AdamW weight decay.")
-
-    def set_fields(self) -> dict[str, Any]:
-        """The fields given a value here."""
-        return {k: v for k, v in self.model_dump().items() if v is not None}
-
-    def apply(self, base: TrainingSpec, method_stage: bool = False) -> TrainingSpec:
-        """``base`` with the fields set here replaced, as a training stage holds it; ``method_stage``: for one of a
-        method's own stages (distillation...), which does not inherit the fine-tuning-only settings
-        (:meth:`TrainingSpec.for_method_stage`)."""
-        start = base.for_method_stage() if method_stage else base.for_training()
-        return TrainingSpec.model_validate({**start.model_dump(), **self.set_fields()})
+    def for_method_stage(self, **settings: Any) -> "TrainingSpec":  # the training library's now (the same)
+        return call_moved("kinject.spec:TrainingSpec.for_method_stage", self, **settings)
 
 
 class PluginRef(BaseModel):

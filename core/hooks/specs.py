@@ -55,6 +55,12 @@ class HookSpecs:
         ``defaults``), or None to leave the run to the next implementation. Called in ``prepare``."""
 
     @hookspec(firstresult=True)
+    def kinject_fold(self, examples: list, fold: tuple, held_out: bool) -> list | None:
+        """Fold ``fold`` = (i, k, seed) of a train split's ``examples`` (``held_out``: fold i, a fold run's dev split;
+        else the other k - 1), as the kernel applies it to every task's ``examples()`` of a ``fold`` run (the training
+        library's ``decisions`` plugin: grouped, stratified). Its implementations' modules key every fold run."""
+
+    @hookspec(firstresult=True)
     def kinject_default_exclude(self, run: Any) -> list | None:
         """The splits whose facts a run holds out of every knowledge source when its spec leaves ``knowledge.exclude``
         unset (the knowledge library's ``knowledge`` plugin: [dev, test]), or None to leave it to the next

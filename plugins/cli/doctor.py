@@ -10,7 +10,8 @@ from rich.markup import escape
 
 def _bf16_line() -> str:
     """Whether training.bf16 (autocast) is on by default here, and the CPU instruction sets behind that."""
-    from kinject.api import BF16_FLAGS, cpu_info, native_bf16
+    from kinject.api import BF16_FLAGS, cpu_info
+    from kinject.plugins.training import native_bf16
 
     try:
         native = native_bf16()

@@ -105,7 +105,8 @@ def execute_runs(runs: list, out: Path, announce: Callable[[str], None] | None =
     which of the run folders learned nothing on test (:func:`learned_nothing`), as a warning."""
     import logging
 
-    from kinject.api import execute, execute_repeats, is_main_process
+    from kinject.api import execute, is_main_process
+    from kinject.plugins.training import execute_repeats
 
     metrics = execute(runs[0], out) if len(runs) == 1 else execute_repeats(runs, out)
     if is_main_process():

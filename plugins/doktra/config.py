@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from kinject.api import PluginConfig, TrainingOverrides
+from kinject.api import PluginConfig
+from kinject.plugins.training import TrainingOverrides
 
 Variant = Literal["doktra", "student-ft", "kd", "no-ctt", "no-abd", "cp-only"]
 

@@ -188,7 +188,7 @@ def _quiet_runs(debug: bool) -> None:
 
 
 def _dry_run(cells) -> None:
-    from kinject.api import plural
+    from kinject.plugins.training import plural
     from kinject.plugins.evidence.grid_state import cell_state
     from kinject.plugins.evidence.grid_exec import plan_cell
 
@@ -242,7 +242,8 @@ def grid_run(file: Path = _GRID_FILE,
                                                        "once"),
              debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """Run the cells not done yet (each an ordinary cached `kinject run`), then write the leaderboard."""
-    from kinject.api import SpecError, plural
+    from kinject.api import SpecError
+    from kinject.plugins.training import plural
     from kinject.plugins.evidence import grid_exec
     from kinject.plugins.evidence.grid_state import counts, states
     from kinject.plugins.evidence.grid_board import build_leaderboard, print_leaderboard

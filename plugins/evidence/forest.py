@@ -19,7 +19,7 @@ def seeds_text(seeds: int) -> str:
     """``1 seed``, ``3 seeds†`` (fewer than 5 paired: provisional), ``unpaired``."""
     if seeds == 0:
         return "unpaired seeds"
-    from kinject.api import plural
+    from kinject.plugins.training import plural
 
     return plural(seeds, "seed") + ("†" if 2 <= seeds < 5 else "")
 

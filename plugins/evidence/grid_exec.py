@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from kinject.api import Interrupted, KinjectError, SpecError, plural
+from kinject.api import Interrupted, KinjectError, SpecError
+from kinject.plugins.training import plural
 from kinject.plugins.evidence.grid_file import Cell, Grid
 from kinject.plugins.evidence.grid_state import DRIVER, is_done, read_status, stop_with_the_driver, write_status
 

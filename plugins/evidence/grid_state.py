@@ -97,7 +97,7 @@ def states(cells: list[Cell]) -> dict[str, CellState]:
 
 def counts(found: dict[str, CellState]) -> str:
     """``4 cells: 3 done, 0 running, 1 failed, 0 pending`` (``1 cell: ...``)."""
-    from kinject.api import plural
+    from kinject.plugins.training import plural
 
     tally = {s: sum(1 for x in found.values() if x.state == s) for s in ("done", "running", "failed", "pending")}
     return f"{plural(len(found), 'cell')}: " + ", ".join(f"{n} {s}" for s, n in tally.items())

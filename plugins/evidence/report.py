@@ -21,7 +21,8 @@ from kinject.plugins.evidence.comparison import compare_runs, comparison_table, 
 from kinject.plugins.evidence.papers import figures_for, paper_title
 from kinject.plugins.evidence.render import Block, Code, Details, Heading, Image, Para, TableBlock, to_html, to_markdown
 from kinject.plugins.evidence.runs import RunSet, find_runs
-from kinject.api import atomic_directory, plural
+from kinject.api import atomic_directory
+from kinject.plugins.training import plural
 
 SKIP_DIRS = {"model", "predictions"}
 

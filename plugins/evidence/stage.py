@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import logging
 
-from kinject.api import Stage, StageConfig, StageContext, TaskRef, is_main_process, plain
+from kinject.api import Stage, StageConfig, StageContext, TaskRef, is_main_process
+from kinject.plugins.training import plain
 
 log = logging.getLogger("kinject")
 

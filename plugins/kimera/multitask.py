@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kinject.api import masked_mean
+from kinject.tasks import masked_mean
 
 log = logging.getLogger("kinject")
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from kinject.api import KinjectError, StageContext, plain
+from kinject.api import KinjectError, StageContext
+from kinject.plugins.training import plain
 from kinject.plugins.training import load_task_model, load_tokenizer
 
 from .importance import search_mask

@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import Field
 
 from kinject.api import ModelRef, SpecError, Stage, StageConfig, StageContext, TrainingSpec, is_main_process
+from kinject.plugins.training import method_stage_training
 
 from .packing import (PACKED_FILE, TEXTS_FILE, PackConfig, mlm_model_ref, pack_stage, read_texts,  # noqa: F401
                       stage_tokenizer)
@@ -82,11 +83,11 @@ def mlm_training_spec(training: TrainingSpec, steps: int, learning_rate: float, 
     fine-tuning-only settings (set by a task's recommended values) nulled, so they are not in the key. Batches are
     length-grouped in a seeded order (what the stage's dose reconstructs)."""
     if epochs:
-        return training.for_method_stage(
-            epochs=epochs, max_steps=-1, learning_rate=learning_rate, batch_size=batch_size,
+        return method_stage_training(
+            training, epochs=epochs, max_steps=-1, learning_rate=learning_rate, batch_size=batch_size,
             gradient_accumulation_steps=gradient_accumulation, warmup_ratio=warmup_ratio, group_by_length=True)
-    return training.for_method_stage(
-        epochs=1.0, max_steps=steps, learning_rate=learning_rate, batch_size=batch_size,
+    return method_stage_training(
+        training, epochs=1.0, max_steps=steps, learning_rate=learning_rate, batch_size=batch_size,
         gradient_accumulation_steps=gradient_accumulation, warmup_ratio=warmup_ratio, group_by_length=True)
 
 

@@ -2,7 +2,7 @@
 
 It asks about the graph the comparison injects (``hooks.knowledge-probe.source``; default: the run's first triples
 source, else the HPO is-a graph) - every arm of a grid the same one. A frozen encoder embeds both names of each fact
-(mean-pooled last hidden states, ``kinject.api.masked_mean``); a logistic regression on ``[u, v, |u - v|, u * v]``
+(mean-pooled last hidden states, ``kinject.tasks.masked_mean``); a logistic regression on ``[u, v, |u - v|, u * v]``
 is fit on probe-train pairs and scored on probe-test pairs (AUROC and accuracy; balanced linked / not-linked pairs,
 the negatives hard: an entity the graph links to a neighbour of the head, never to the head; heads disjoint between
 probe-train and probe-test, so chance is 0.5). Which facts it tests says what it measures:
@@ -200,7 +200,7 @@ def embed(model, tokenizer, texts: list[str], max_length: int, batch_size: int) 
 def _embed_batches(model, tokenizer, order: list[str], max_length: int, batch_size: int, device) -> dict[str, Any]:
     import torch
 
-    from kinject.api import masked_mean
+    from kinject.tasks import masked_mean
 
     out: dict[str, Any] = {}
     with torch.no_grad():

@@ -18,7 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kinject.api import StageContext, masked_mean, plain
+from kinject.api import StageContext
+from kinject.plugins.training import plain
+from kinject.tasks import masked_mean
 
 from .part_adapters import adapter_encoder, adapter_name, base_digest, saved_adapter_digest
 from .partition import kg_columns, kg_data

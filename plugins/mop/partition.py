@@ -10,7 +10,8 @@ import logging
 import numpy as np
 import torch
 
-from kinject.api import ModelRef, StageContext, is_main_process, plain
+from kinject.api import ModelRef, StageContext, is_main_process
+from kinject.plugins.training import plain
 
 from .stages import KGSettings, PartitionConfig
 

@@ -6,7 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kinject.api import PluginConfig, TrainingOverrides
+from kinject.api import PluginConfig
+from kinject.plugins.training import TrainingOverrides
 
 
 class IntermediateSpec(BaseModel):

@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 import yaml
 
-from kinject.api import SpecError, atomic_file, atomic_write_text, plural
+from kinject.api import SpecError, atomic_file, atomic_write_text
+from kinject.plugins.training import plural
 
 log = logging.getLogger("kinject")
 BASELINE = "baseline"
@@ -242,9 +243,9 @@ def run_matrix(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int,
 
 def summarize(records: list[dict], targets: list[TaskDef], intermediates: list[TaskDef],
               scored: dict[str, tuple[str, str]], seeds: int, base: dict[str, Any]) -> dict[str, Any]:
-    """mean, std (ddof 1; 0.0 for one seed), n per cell (kinject.results.summarize_seeds); delta = cell
+    """mean, std (ddof 1; 0.0 for one seed), n per cell (the training library's summarize_seeds); delta = cell
     mean - the target's baseline mean."""
-    from kinject.api import summarize_seeds
+    from kinject.plugins.training import summarize_seeds
 
     per_cell: dict[tuple[str, str], dict[int, dict]] = {}
     for record in records:

@@ -7,7 +7,8 @@ a small train split, :mod:`.choice`, the default training rules, and the setting
 :mod:`.presets`), the model catalogue and loaders
 (:mod:`.models`: the hook plugin ``models``), ``--dry-run``'s time estimate (:mod:`.estimate`: the hook plugin
 ``estimate``, from the FLOPs of :mod:`.cost`), and what the front ends share: a spec read from YAML and ``--set``
-(:mod:`.spec_files`) and the metrics table (:mod:`.tables`).
+(:mod:`.spec_files`), the metrics table (:mod:`.tables`) and a run over several seeds with its summary
+(:mod:`.repeats`).
 
 Strategies import the builders from here::
 
@@ -28,12 +29,15 @@ _EXPORTS = {  # name -> the module defining it; imported on first use, so `kinje
                   "useful_token_fraction", "with_length_buckets"),
     ".models": ("keep_layers", "load_encoder", "load_tokenizer", "minilm_path", "model_config", "usable_positions"),
     ".loop": ("EpochCallback", "HookCallback", "last_checkpoint", "quiet_progress", "train", "training_arguments"),
-    ".prediction": ("dev_scorer", "float32_head", "predict"),
+    ".prediction": ("dev_scorer", "float32_head", "plain", "predict"),
     ".stages": ("EvaluateConfig", "FinetuneConfig", "evaluate_body", "evaluate_config_class", "evaluate_model",
                 "evaluate_stage", "finetune_body", "finetune_stage", "run_evaluate_config", "write_predictions"),
     ".task_models": ("MeanPooler", "build_task_model", "load_task_model", "save_model"),
-    ".presets": ("apply_preset", "apply_protocol", "apply_recommended", "check_protocol", "start_settings"),
+    ".presets": ("apply_preset", "apply_protocol", "apply_recommended", "check_protocol", "native_bf16",
+                 "start_settings"),
     ".spec_files": ("apply_overrides", "load_spec_file", "load_yaml", "resolve_config_paths"),
-    ".tables": ("format_value", "print_metrics"),
+    ".tables": ("format_value", "plural", "print_metrics"),
+    ".repeats": ("execute_repeats", "seed_stats", "summarize_seeds"),
+    ".stage_training": ("FINETUNING_ONLY", "TrainingOverrides", "finetune_training", "method_stage_training"),
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -25,6 +25,7 @@ from pydantic import Field
 
 from kinject.api import KinjectError, PluginConfig, TaskGroup, hookimpl
 from kinject.plugins.training.choice import FOLDS, SMALL_TRAIN, choose
+from kinject.plugins.training.folds import kinject_fold  # noqa: F401 - this plugin draws the folds too
 from kinject.plugins.training.presets import start_settings
 
 log = logging.getLogger("kinject")

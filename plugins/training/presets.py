@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from kinject.api import (BF16_FLAGS, ModelSpec, PluginRef, SpecError, TaskGroup, TrainingSpec, UnknownNameError,
-                         cpu_info, native_bf16, registry)
+                         cpu_info, registry)
 
 log = logging.getLogger("kinject")
 
@@ -88,9 +88,19 @@ def with_protocol(spec) -> tuple[Any, dict[str, Any]]:
     return apply_protocol(spec, presets)
 
 
+def native_bf16() -> bool:
+    """Whether this machine computes bfloat16 natively: a CUDA GPU that supports it, else a CPU with the
+    AVX512-BF16 or AMX-BF16 instructions (Linux: /proc/cpuinfo). Elsewhere bf16 autocast is slower than float32."""
+    import torch
+
+    if torch.cuda.is_available():
+        return bool(torch.cuda.is_bf16_supported())
+    return bool(cpu_info()[1] & {"avx512_bf16", "amx_bf16"})
+
+
 def with_precision(spec) -> tuple[Any, dict[str, str]]:
     """``training.bf16`` decided when unset: bfloat16 autocast where this device computes it natively
-    (:func:`kinject.machine.native_bf16`: ~1.2-1.5x training on such a CPU, docs/benchmarks.md), float32 elsewhere;
+    (:func:`native_bf16`: ~1.2-1.5x training on such a CPU, docs/benchmarks.md), float32 elsewhere;
     stage keys hold the value. Returns (spec, {field: why}) - a why only when it turns bfloat16 on, the departure from
     float32 a user should hear about."""
     if spec.training.bf16 is not None:

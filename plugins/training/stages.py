@@ -17,8 +17,10 @@ import numpy as np
 from pydantic import Field
 
 from kinject.api import (NOT_KEYED, Environment, Head, ModelRef, Stage, StageConfig, StageContext, Task, TaskRef,
-                         TrainingSpec, is_main_process, plain)
+                         TrainingSpec, is_main_process)
 
+from .prediction import plain
+from .stage_training import finetune_training
 from .task_models import build_task_model, load_task_model, save_model
 
 log = logging.getLogger("kinject")
@@ -153,7 +155,7 @@ def finetune_stage(run, name: str = "finetune", init_from: str | None = None, ta
                    training: TrainingSpec | None = None) -> Stage:
     """Fine-tune the base model (or the model of stage ``init_from``) on a task (the run's by default)."""
     config = FinetuneConfig(model=run.model_ref(), task=run.task_ref(task),
-                            training=(training or run.spec.training).for_training(), seed=run.spec.seed,
+                            training=finetune_training(training or run.spec.training), seed=run.spec.seed,
                             init_from=init_from)
     return Stage(name=name, body=finetune_body, config=config, inputs=(init_from,) if init_from else (),
                  produces_model=True, artifacts=("peft-adapter",) if config.training.peft else ())

@@ -5,6 +5,12 @@ hook). `kinject run`, `kinject eval` and the libraries' section printers share i
 from __future__ import annotations
 
 
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """``1 seed``, ``3 seeds``, ``0 cells``: a count and its noun, singular for exactly 1 (``many``: an irregular
+    plural)."""
+    return f"{count} {noun if count == 1 else many or noun + 's'}"
+
+
 def _number(value: float) -> str:
     """4 decimals, or 4 significant digits for a large or tiny value (a perplexity of 1.8e9 is not 19 digits)."""
     return f"{value:.4f}" if value == 0 or 1e-3 <= abs(value) < 1e4 else f"{value:.4g}"
@@ -12,7 +18,7 @@ def _number(value: float) -> str:
 
 def format_value(value) -> str:
     """A metric value as the tables show it: a number to 4 decimals (4 significant digits when large or tiny), a
-    summary over seeds (:func:`kinject.api.summarize_seeds`) as ``mean ± std (n=N)``, anything else as text."""
+    summary over seeds (:func:`.repeats.summarize_seeds`) as ``mean ± std (n=N)``, anything else as text."""
     if isinstance(value, dict) and "mean" in value:
         return f"{_number(value['mean'])} ± {_number(value['std'])} (n={value['n']})"
     if isinstance(value, bool) or isinstance(value, int):

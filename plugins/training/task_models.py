@@ -21,7 +21,7 @@ class MeanPooler:
         import torch
         from torch import nn
 
-        from kinject.api import masked_mean
+        from kinject.tasks import masked_mean
 
         base = model.base_model
         if getattr(base, "pooler", None) is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[2] / "core"
-KERNEL_BOUND = 4_620  # lines of Python in core/ (4,596 on 2026-11-28; #43's target: < 4,500)
+KERNEL_BOUND = 4_499  # lines of Python in core/ (4,481 on 2026-11-28; #43: < 4,500)
 MODULE_BOUND = 420
 
 

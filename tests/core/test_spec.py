@@ -40,19 +40,3 @@ def test_unknown_plugin_name_suggests(cache_dir):
         resolve_components(spec)
 
 
-def test_training_overrides_replace_only_the_fields_they_set():
-    """A strategy's per-stage budget (STILT intermediates, DoKTra teacher/distillation): set fields win, the rest
-    is the run's, and the result is held as a training stage holds it (no limit, no eval splits)."""
-    import pydantic
-
-    from kinject.spec import TrainingOverrides, TrainingSpec
-
-    base = TrainingSpec(epochs=1, learning_rate=1e-4, head_learning_rate=2e-2, limit=10, eval_splits=["test"])
-    stage = TrainingOverrides(epochs=2, head_learning_rate=1e-3).apply(base)
-    assert (stage.epochs, stage.learning_rate, stage.head_learning_rate) == (2, 1e-4, 1e-3)
-    assert stage.limit is None and stage.eval_splits is None
-    assert TrainingOverrides().apply(base) == base.for_training()
-    with pytest.raises(pydantic.ValidationError):
-        TrainingOverrides(learning_rate=-1)
-    with pytest.raises(pydantic.ValidationError):
-        TrainingOverrides(lr=1e-4)  # unknown field

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kinject.api import plural
+from kinject.plugins.training import plural
 from kinject.plugins.evidence.forest import seeds_text
 from kinject.plugins.evidence.grid_state import CellState, counts
 

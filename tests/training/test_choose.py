@@ -69,3 +69,35 @@ def test_an_all_categorical_sweep_space_is_a_grid(tmp_path):
     study.optimize(lambda t: float(len(t.suggest_categorical("task.encoder", ["cross", "bi", "bi-frozen"]))
                                    + t.suggest_categorical("training.learning_rate", [1e-5, 5e-5])), n_trials=6)
     assert len({tuple(sorted(t.params.items())) for t in study.trials}) == 6  # every combination, none twice
+
+
+def test_folds_are_drawn_by_the_fold_hook_and_key_every_fold_run(tmp_path, textcls_dir, tiny_model):
+    """The kernel applies a fold; the training library draws it (kinject_fold), grouped and stratified; its module
+    is in a fold run's key (and in no other run's); a tryfirst plugin that draws folds otherwise is used instead."""
+    from kinject.api import build_spec, hookimpl, plan, plugin_manager, prepare
+
+    spec = {"model": {"name": "tiny", "max_length": 32}, "task": {"name": "textcls", "path": str(textcls_dir)},
+            "cache_dir": str(tmp_path / "cache"), "recommended": False, "choose": False}
+    folded = prepare(build_spec({**spec, "fold": "1/4/3"}))
+    whole = prepare(build_spec(spec))
+    train = whole.task.examples("train", whole.env)
+    dev, rest = folded.task.examples("dev", folded.env), folded.task.examples("train", folded.env)
+    assert len(dev) + len(rest) == len(train) and not {e["id"] for e in dev} & {e["id"] for e in rest}
+    assert {e["label"] for e in dev} == {e["label"] for e in train}  # stratified: every label in the held-out fold
+    records = {p.stage.name: p.record for p in plan(folded)}
+    assert "kinject.plugins.training.folds" in records["finetune"]["code"]
+    assert "kinject.plugins.training.folds" not in plan(whole)[0].record["code"]
+
+    class EveryKth:
+        @hookimpl(tryfirst=True)
+        def kinject_fold(self, examples, fold, held_out):
+            return [ex for i, ex in enumerate(examples) if (i % fold[1] == fold[0]) == held_out]
+
+    plugin = EveryKth()
+    plugin_manager().register(plugin, name="every-kth")
+    try:
+        other = prepare(build_spec({**spec, "fold": "1/4/3"}))
+        assert other.task.examples("dev", other.env) == train[1::4]
+        assert __name__ in plan(other)[0].record["code"]  # the replacement's module keys its fold runs
+    finally:
+        plugin_manager().unregister(plugin)

@@ -1,10 +1,11 @@
-"""Summaries of results over seeds, shared by ``--repeats`` and the STILT matrix (their table is the training
-library's: :mod:`kinject.plugins.training.tables`)."""
+"""A spec run over several seeds (``--repeats``) and the summary of results over seeds, mean ± sample std per metric
+(also the STILT matrix's cells; the table that prints it: :mod:`.tables`)."""
 
 from __future__ import annotations
 
-
+import json
 import statistics
+from pathlib import Path
 from typing import Any, Sequence
 
 
@@ -13,12 +14,6 @@ def seed_stats(values: Sequence[float]) -> dict[str, Any]:
     values = list(values)
     return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
             "n": len(values), "values": values}
-
-
-def plural(count: int, noun: str, many: str | None = None) -> str:
-    """``1 seed``, ``3 seeds``, ``0 cells``: a count and its noun, singular for exactly 1 (``many``: an irregular
-    plural)."""
-    return f"{count} {noun if count == 1 else many or noun + 's'}"
 
 
 def summarize_seeds(per_seed: dict[int, dict]) -> dict[str, Any]:
@@ -42,3 +37,19 @@ def summarize_seeds(per_seed: dict[int, dict]) -> dict[str, Any]:
         return None
 
     return (walk(list(per_seed.values())) or {}) if per_seed else {}
+
+
+def execute_repeats(runs: list, output: Path) -> dict[str, Any]:
+    """Run prepared runs that differ only in seed into ``output/seed-<s>`` (each a run folder, written by the
+    engine's :func:`kinject.api.execute_into`) and write their summary as ``output``'s metrics.json; ``output`` is
+    replaced as a whole, atomically (:func:`kinject.api.run_folder`)."""
+    from kinject.api import barrier, execute_into, run_folder
+
+    with run_folder(output, runs[0], "repeats") as tmp:
+        per_seed = {run.spec.seed: execute_into(run, tmp / f"seed-{run.spec.seed}" if tmp else None,
+                                                Path(output) / f"seed-{run.spec.seed}") for run in runs}
+        summary = summarize_seeds(per_seed)
+        if tmp is not None:
+            (tmp / "metrics.json").write_text(json.dumps(summary, indent=2))
+    barrier()
+    return summary

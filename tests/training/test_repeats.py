@@ -1,10 +1,10 @@
-"""Seed summaries: one implementation (kinject.results) behind --repeats and the STILT matrix."""
+"""Seed summaries: one implementation (the training library's repeats module) behind --repeats and the STILT matrix."""
 
 from __future__ import annotations
 
 import pytest
 
-from kinject.results import seed_stats, summarize_seeds
+from kinject.plugins.training import seed_stats, summarize_seeds
 
 
 def test_summarize_seeds_mean_sample_std_and_common_metrics_only():

@@ -23,7 +23,7 @@ _EXPORTS = {  # name -> the module defining it
     # a task's datasets as `kinject data` lists, prepares and downloads them
     ".catalogue": ("DatasetInfo",),
     # the mean over the tokens a mask keeps (bi-encoders, probes, MoP's entity states)
-    ".biencoder": ("masked_mean",),
+    ".pooling": ("masked_mean",),
     # scoring helpers the evaluators use (and the evidence library's scorers)
     ".evaluators.calibration": ("expected_calibration_error",),
     ".evaluators.retrieval": ("relevant_ranks",),

@@ -125,17 +125,12 @@ def _halves(input_ids, keep, width: int, pad_id: int):
     return torch.where(mask, ids, torch.full_like(ids, pad_id)), mask.long()
 
 
-def masked_mean(hidden, attention_mask):
-    """(B, T, D) token states -> (B, D): the mean over the positions the attention mask keeps (a row with none
-    gives zeros), in the states' dtype."""
-    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)
-    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-
-
 def embed_pairs(model, input_ids, attention_mask, token_type_ids):
     """Unit-length mean-pooled embeddings (float32) of the two texts of each packed row, and the first texts'
     token ids (to tell rows of one query apart)."""
     import torch
+
+    from .pooling import masked_mean
 
     if token_type_ids is None:
         raise ValueError("bi-encoder input: two texts per row, the second marked by token_type_ids = 1 "

@@ -168,16 +168,3 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def plain(value: Any) -> Any:
-    """numpy scalars -> Python numbers (integral counts stay ints), recursively: values JSON can write."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return value

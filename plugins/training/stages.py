@@ -19,7 +19,7 @@ from pydantic import Field
 from kinject.api import (NOT_KEYED, Environment, Head, ModelRef, Stage, StageConfig, StageContext, Task, TaskRef,
                          TrainingSpec, is_main_process)
 
-from .prediction import plain
+from .records import plain
 from .stage_training import finetune_training
 from .task_models import build_task_model, load_task_model, save_model
 

@@ -28,12 +28,12 @@ def test_training_keys_cover_the_code_that_computes_and_no_tool(every_stage):
     assert kernel == {"kinject.plugins.training.stages", "kinject.plugins.training.task_models",
                       "kinject.plugins.training.loop", "kinject.plugins.training.batching",
                       "kinject.plugins.training.prediction", "kinject.plugins.training.selection",
-                      "kinject.plugins.training.peft_tuning", "kinject.plugins.training.models", "kinject.models",
-                      "kinject.io"}
+                      "kinject.plugins.training.peft_tuning", "kinject.plugins.training.models",
+                      "kinject.plugins.training.records", "kinject.models", "kinject.io"}
     # ... and the task's own modules with its evaluators', nothing else
     assert closure - kernel == {"kinject.tasks.textcls", "kinject.tasks.sequence", "kinject.tasks.biencoder",
                                 "kinject.tasks.evaluators", "kinject.tasks.evaluators.classification",
-                                "kinject.tasks.readers"}
+                                "kinject.tasks.readers", "kinject.tasks.pooling"}
     for name, planned in every_stage.items():
         if name.endswith(NOT_TRAINING):
             continue

@@ -1,10 +1,11 @@
-"""Digests of the test predictions (and weights) of finetune, KIMERA and MoP on the tiny model, for refactors that
-must change nothing (issue #37: "byte-identical before and after").
+"""Digests of the test predictions (and weights) of every built-in strategy on the tiny model, for refactors that
+must change nothing (byte-identical before and after).
 
     python -m benchmarks.prediction_digests before.json          # on the old commit
     python -m benchmarks.prediction_digests after.json --against before.json [--set FIELD=VALUE ...]
 
-Each strategy runs `--quick` on hpo-isa with the tiny random BERT in a fresh cache, offline.
+Each strategy runs `--quick` on hpo-isa with the tiny random BERT in a fresh cache, offline; `compare` digests
+`kinject compare --json` of all seven runs (finetune the baseline) on dev and on test.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-STRATEGIES = ("finetune", "kimera", "mop")
+STRATEGIES = ("finetune", "kimera", "mop", "stilt", "doktra", "pretrain", "context")
 
 
 def _digest(path: Path) -> str:
@@ -36,6 +37,13 @@ def digests(workdir: Path, data_dir: str, settings: tuple[str, ...] = ()) -> dic
                        env=env, check=True, stdout=subprocess.DEVNULL)
         files = sorted((out / "predictions").glob("*.jsonl")) + sorted(out.glob("model/*.safetensors"))
         found[name] = {str(f.relative_to(out)): _digest(f) for f in files}
+    # the evidence guard: `kinject compare --json` of every strategy's run against finetune's, bit for bit
+    runs = [str(workdir / name) for name in STRATEGIES]
+    for split in ("dev", "test"):
+        shown = subprocess.run([sys.executable, "-m", "kinject", "compare", *runs, "--split", split, "--json"],
+                               env=env, check=True, capture_output=True, text=True).stdout
+        shown = shown.replace(str(workdir), "<work>")
+        found.setdefault("compare", {})[f"{split}.json"] = hashlib.sha256(shown.encode()).hexdigest()[:16]
     return found
 
 
@@ -55,7 +63,7 @@ def main() -> int:
         print(json.dumps(found, indent=1))
         return 0
     before = json.loads(args.against.read_text())
-    changed = [f"{name}/{file}" for name in STRATEGIES for file in sorted(set(before[name]) | set(found[name]))
+    changed = [f"{name}/{file}" for name in (*STRATEGIES, "compare") for file in sorted(set(before[name]) | set(found[name]))
                if before[name].get(file) != found[name].get(file)]
     print("identical" if not changed else "changed: " + ", ".join(changed))
     return 1 if changed else 0

@@ -34,7 +34,7 @@ def main() -> None:
     from kinject.plugins.doktra.features import model_outputs
     from kinject.plugins.doktra.trainers import DistillRecord, DistillSettings, calibrated_trainer, distill_trainer
     from kinject.spec import TrainingSpec
-    from kinject.plugins.training import build_task_model, training_arguments
+    from kinject.training import build_task_model, training_arguments
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="minilm")
@@ -112,7 +112,7 @@ def main() -> None:
     features = [{k: v[i].tolist() for k, v in keys(batches[0], student_keys[:3]).items()} for i in range(args.batch)]
     from transformers import DataCollatorWithPadding
 
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     collate = DataCollatorWithPadding(load_tokenizer(path))
     start = time.perf_counter()

@@ -1,5 +1,5 @@
 """Engine overhead: (1) a cached no-op stage (key hashing, cache lookup, hooks) per stage, and (2) a whole
-`finetune` run through the engine vs calling kinject.plugins.training.train directly on the same tiny model and data.
+`finetune` run through the engine vs calling kinject.training.train directly on the same tiny model and data.
 
 Usage: .venv/bin/python -m benchmarks.bench_engine_overhead
 """
@@ -39,7 +39,7 @@ def main() -> None:
     from kinject import engine, preparation
     from kinject.api import registry
     from kinject.stage_runner import run_stages
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     registry("strategies").register("noop", NoOp)
     with tempfile.TemporaryDirectory() as tmp:
@@ -60,8 +60,9 @@ def main() -> None:
 
         # whole finetune through the engine vs training directly
         from kinject.api import resolve_model
-        from kinject.plugins.training import build_task_model, load_tokenizer
-        from kinject.plugins.training import train
+        from kinject.training import build_task_model
+        from kinject.api import load_tokenizer
+        from kinject.training import train
 
         ft = build_spec({"task": {"name": "textcls", "path": str(data)}, "model": {"name": "tiny"},
                          "training": {"epochs": 3}, "cache_dir": str(tmp / "cache2")})

@@ -25,7 +25,7 @@ from benchmarks.common import write_textcls
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", KINJECT_PROGRESS="0", TOKENIZERS_PARALLELISM="false")
-MEASURED = ("import resource, sys\nfrom kinject.plugins.cli.app import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
+MEASURED = ("import resource, sys\nfrom kinject.cli.app import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
             "    print('peak-rss-kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
 
 

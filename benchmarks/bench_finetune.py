@@ -7,7 +7,7 @@ order (the task's own collator). kinject is a whole `kinject run finetune` throu
 batches, dynamic padding). Reports training samples/s, the ratio kinject/plain, the useful-token fraction and
 the dev metric. Rounds alternate the setups so they share the machine's noise.
 
-Evaluation: `kinject.plugins.training.predict` (sorted by length, dynamic padding) vs `Trainer.predict` with dynamic
+Evaluation: `kinject.training.predict` (sorted by length, dynamic padding) vs `Trainer.predict` with dynamic
 padding in the data's order, on the same CAPR dev pairs and model: pairs/s and that the logits agree.
 
 Usage: KINJECT_DATA_DIR=../shared/data .venv/bin/python -m benchmarks.bench_finetune [--n 300] [--rounds 2]
@@ -30,7 +30,7 @@ TASKS = {"ncbi-disease": {}, "capr": {"dataset": "medquad", "max_train_queries":
 
 def task_and_env(name: str, args, cache: Path):
     from kinject import preparation
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     spec = build_spec({"task": {"name": name, **TASKS[name]}, "model": {"name": "minilm",
                                                                         "max_length": args.max_length},
@@ -41,7 +41,7 @@ def task_and_env(name: str, args, cache: Path):
 
 def run_kinject(name: str, args, cache: Path) -> dict:
     from kinject import engine, preparation
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     spec = build_spec({"task": {"name": name, **TASKS[name]},
                        "model": {"name": "minilm", "max_length": args.max_length},
@@ -58,12 +58,12 @@ def run_plain(name: str, args, work: Path, pad_to_max: bool) -> dict:
     """What a user writes with transformers alone, on the same features."""
     from transformers import Trainer, TrainingArguments, set_seed
 
-    from kinject.plugins.training import build_task_model, minilm_path
-    from kinject.plugins.training import PaddingCounter
-    from kinject.plugins.training.batching import to_dataset
+    from kinject.training import build_task_model, minilm_path
+    from kinject.training import PaddingCounter
+    from kinject.training.batching import to_dataset
 
     task, env = task_and_env(name, args, work / "cache")
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     tok = load_tokenizer(str(minilm_path()))
     features = task.featurize(tok, task.examples("train", env), args.max_length, env)
@@ -108,9 +108,10 @@ def bench_eval(args, work: Path) -> dict:
     import numpy as np
     from transformers import Trainer, TrainingArguments
 
-    from kinject.plugins.training import build_task_model, load_tokenizer, minilm_path
-    from kinject.plugins.training import predict
-    from kinject.plugins.training.batching import to_dataset
+    from kinject.training import build_task_model, minilm_path
+    from kinject.api import load_tokenizer
+    from kinject.training import predict
+    from kinject.training.batching import to_dataset
 
     task, env = task_and_env("capr", args, work / "cache")
     tok = load_tokenizer(str(minilm_path()))

@@ -1,5 +1,5 @@
 """Time and memory of the comparison interval at a study's size: the two-way bootstrap over seeds and examples
-(kinject.plugins.evidence.bootstrap) and the example-only one, on synthetic accuracy records of S seeds x N test
+(kinject.evidence.bootstrap) and the example-only one, on synthetic accuracy records of S seeds x N test
 examples per system, through the same ``pair`` that `kinject compare`, `grid` and `report` call.
 
 Usage: python -m benchmarks.bench_intervals [--seeds 10] [--examples 50000] [--resamples 2000] [--metric accuracy]
@@ -30,8 +30,8 @@ def main() -> None:
     parser.add_argument("--metric", default="accuracy", choices=["accuracy", "auroc_macro"])
     args = parser.parse_args()
     from kinject.api import MetricRef
-    from kinject.plugins.evidence.comparison import pair
-    from kinject.plugins.evidence.metrics import MetricDef, define
+    from kinject.evidence.comparison import pair
+    from kinject.evidence.metrics import MetricDef, define
 
     rng = np.random.default_rng(0)
     base = {s: records(args.examples, rng.random(args.examples) < 0.70) for s in range(args.seeds)}

@@ -58,11 +58,11 @@ def peak_rss_mib() -> float:
 def child(args) -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     from kinject.interfaces import Environment
-    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data, lengths_of, load_kg_data
-    from kinject.plugins.training import length_grouped_batches, useful_token_fraction
+    from kinject.knowledge.kg.data import KGDataConfig, build_kg_data, lengths_of, load_kg_data
+    from kinject.training import length_grouped_batches, useful_token_fraction
     from kinject.api import resolve_model
-    from kinject.plugins.training import load_tokenizer
-    from kinject.plugins.knowledge.sources.triples import TriplesSource
+    from kinject.api import load_tokenizer
+    from kinject.knowledge.sources.triples import TriplesSource
 
     env = Environment(data_dir=Path(args.cache), cache_dir=Path(args.cache))
     tokenizer = load_tokenizer(resolve_model(args.model, env.cache_dir))

@@ -24,11 +24,11 @@ from benchmarks.bench_kg_ingest import write_synthetic
 ROOT = Path(__file__).resolve().parents[1]
 
 CHILD = {
-    "streamed": ("from kinject.plugins.cli.app import main\n"
+    "streamed": ("from kinject.cli.app import main\n"
                  "try:\n    main(['kg', 'stats', PATH, '--json'])\nexcept SystemExit as exc:\n"
                  "    assert not exc.code, exc.code\n"),
-    "in_memory": ("import json\nfrom kinject.plugins.knowledge.kg.partition import EntityGraph, graph_stats\n"
-                  "from kinject.plugins.knowledge.sources.triples import TriplesSource\nfrom kinject.interfaces import Environment\n"
+    "in_memory": ("import json\nfrom kinject.knowledge.kg.partition import EntityGraph, graph_stats\n"
+                  "from kinject.knowledge.sources.triples import TriplesSource\nfrom kinject.interfaces import Environment\n"
                   "env = Environment(data_dir='.', cache_dir='.')\n"
                   "print(json.dumps(graph_stats(EntityGraph.from_triples(TriplesSource(path=PATH)"
                   ".iter_triples(env)))))\n"),

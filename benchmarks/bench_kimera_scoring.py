@@ -26,13 +26,14 @@ def main() -> None:
     import torch
 
     from kinject.interfaces import Environment
-    from kinject.plugins.training import load_tokenizer, minilm_path
+    from kinject.training import minilm_path
+    from kinject.api import load_tokenizer
     from kinject.plugins.kimera.importance import gated_logits, score_heads
     from kinject.plugins.kimera.scoring import build_scoring_set
     from kinject.plugins.kimera.search import RoundPredictions
     from kinject.plugins.kimera.search_report import round_intervals
     from kinject.registry import registry
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts, partition_report
+from kinject.knowledge.kg.partition import EntityGraph, metis_parts, partition_report
 
 
 def synthetic(n: int, m: int, kind: str, seed: int = 0) -> EntityGraph:

@@ -3,9 +3,9 @@ script on the same batches and model (issue #28; figures in docs/benchmarks.md, 
 
 Setups, each on fixed random token batches of B x L (every row exactly L tokens: no padding, so every token counts):
 
-  finetune kinject      ``kinject.plugins.training.train()`` (kinject's TrainingArguments, length-bucketed sampler, its
+  finetune kinject      ``kinject.training.train()`` (kinject's TrainingArguments, length-bucketed sampler, its
                         collator wrapper, bf16 autocast by kinject's default) on the task model of
-                        ``kinject.plugins.training.stages.build_task_model`` (sequence head, 2 labels)
+                        ``kinject.training.stages.build_task_model`` (sequence head, 2 labels)
   finetune bare         the same model and batches: forward, backward, AdamW (fused where torch has it), under the
                         same autocast; batches already on the device; no clipping, no schedule
   finetune bare + clip  the same with clip_grad_norm_(1.0), which the Trainer does (separates its cost)
@@ -104,7 +104,7 @@ def encoder_dir(name: str, work: Path) -> str:
     """A loadable encoder directory: tiny (kinject's), minilm (embedded), bert-base (BertConfig() defaults, random
     weights, seeded, built here with a plain vocabulary of the config's size: no download)."""
     from kinject.api import resolve_model
-    from kinject.plugins.training import minilm_path
+    from kinject.training import minilm_path
 
     if name == "tiny":
         return resolve_model("tiny", work)
@@ -341,7 +341,7 @@ def finetune_setups(ctx: Context, compile: bool, variants: list[str]) -> dict[st
     from transformers import DataCollatorWithPadding
 
     from kinject.interfaces import Head
-    from kinject.plugins.training import build_task_model, train
+    from kinject.training import build_task_model, train
 
     head = Head("sequence", 2, labels=("no", "yes"))
     rows = feature_rows(ctx, lambda b, ids: ids[1] % 2)
@@ -397,7 +397,7 @@ def kimera_setups(ctx: Context) -> dict[str, dict]:
     import torch
     from datasets import Dataset
 
-    from kinject.plugins.training import load_encoder
+    from kinject.api import load_encoder
     from kinject.plugins.kimera.masks import HeadUpdateScaler
     from kinject.plugins.kimera.multitask import KG_TASKS, TASK_ID, KGMultiTaskModel
     from kinject.plugins.kimera.retrain import TaskCollator, retrain
@@ -450,11 +450,11 @@ def kimera_setups(ctx: Context) -> dict[str, dict]:
 def mop_setups(ctx: Context) -> dict[str, dict]:
     from adapters import SeqBnConfig
 
-    from kinject.plugins.training import load_encoder
-    from kinject.plugins.knowledge.kg.batching import KGCollator
+    from kinject.api import load_encoder
+    from kinject.knowledge.kg.batching import KGCollator
     from kinject.plugins.mop.entity_prediction import EntityPredictor
     from kinject.plugins.mop.part_adapters import adapter_encoder
-    from kinject.plugins.training import train
+    from kinject.training import train
 
     classes = 1000
     rows = feature_rows(ctx, lambda b, ids: ids[1] % classes, seed=20)
@@ -487,7 +487,7 @@ def doktra_setups(ctx: Context) -> dict[str, dict]:
     from kinject.plugins.doktra.features import PairedCollator, cls_and_logits
     from kinject.plugins.doktra.losses import abd_loss
     from kinject.plugins.doktra.trainers import DistillRecord, DistillSettings, distill_trainer
-    from kinject.plugins.training import build_task_model, train
+    from kinject.training import build_task_model, train
 
     head = Head("sequence", 6, labels=tuple("abcdef"))
     probe = build_task_model(ctx.path, head, seed=0)
@@ -529,9 +529,9 @@ def mlm_setups(ctx: Context) -> dict[str, dict]:
     from datasets import Dataset
     from transformers import AutoModelForMaskedLM
 
-    from kinject.plugins.knowledge.masked_lm import sparse_prediction, train_mlm
-    from kinject.plugins.knowledge.masking import WholeWordMaskCollator
-    from kinject.plugins.knowledge.packing import SEP_WORD
+    from kinject.knowledge.masked_lm import sparse_prediction, train_mlm
+    from kinject.knowledge.masking import WholeWordMaskCollator
+    from kinject.knowledge.packing import SEP_WORD
 
     g = torch.Generator().manual_seed(2)
     ids = random_rows(ctx, POOL * ctx.batch, seed=40)
@@ -670,8 +670,8 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     import transformers
 
-    from kinject.plugins.training import load_tokenizer
-    from kinject.plugins.training import native_bf16
+    from kinject.api import load_tokenizer
+    from kinject.api import native_bf16
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no GPU")

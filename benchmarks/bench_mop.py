@@ -32,10 +32,10 @@ CACHE = Path(os.environ.get("KINJECT_CACHE_DIR", Path(tempfile.gettempdir()) / "
 def hpo_rows(model: str, max_triples: int | None):
     """The embedded HPO graph's tail rows for ``model``'s tokenizer (cached Arrow)."""
     from kinject.interfaces import Environment
-    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
+    from kinject.knowledge.kg.data import KGDataConfig, build_kg_data
     from kinject.api import resolve_model
-    from kinject.plugins.training import load_tokenizer
-    from kinject.plugins.knowledge.sources.hpo import default_source
+    from kinject.api import load_tokenizer
+    from kinject.knowledge.sources.hpo import default_source
 
     tokenizer = load_tokenizer(resolve_model(model, CACHE))
     data = build_kg_data(default_source(max_triples), Environment(Path("."), CACHE), tokenizer,
@@ -47,9 +47,9 @@ def step(args) -> dict:
     import torch
     from adapters import SeqBnConfig
 
-    from kinject.plugins.knowledge.kg.batching import KGCollator
+    from kinject.knowledge.kg.batching import KGCollator
     from kinject.api import resolve_model
-    from kinject.plugins.training import load_encoder
+    from kinject.api import load_encoder
     from kinject.plugins.mop.entity_prediction import EntityPredictor
     from kinject.plugins.mop.part_adapters import adapter_encoder
 
@@ -95,9 +95,9 @@ def fusion(args) -> dict:
 
     from kinject.interfaces import Head
     from kinject.api import resolve_model
-    from kinject.plugins.training import load_encoder
+    from kinject.api import load_encoder
     from kinject.plugins.mop.fusion import attach_partition_adapters
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
 
     path = resolve_model(args.model, CACHE)
     folder = Path(tempfile.mkdtemp(prefix="bench-mop-adapters-"))
@@ -142,9 +142,9 @@ def tokens(args) -> dict:
     import numpy as np
     import torch
 
-    from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts
+    from kinject.knowledge.kg.partition import EntityGraph, metis_parts
     from kinject.plugins.mop.partition import assign_triples
-    from kinject.plugins.training.batching import LengthBucketSampler
+    from kinject.training.batching import LengthBucketSampler
 
     _, data = hpo_rows(args.model, args.max_triples)
     h, r, t = (np.asarray(data.triples.data.column(c).to_numpy()) for c in ("head", "relation", "tail"))

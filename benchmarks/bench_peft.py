@@ -3,7 +3,7 @@ batches (docs/benchmarks.md "peft").
 
 Each setting runs in its own process (peak RSS is per process on a CPU; on CUDA the peak allocated memory), builds
 the sequence-classification model kinject builds (``build_task_model``), wraps it with
-``kinject.plugins.training.peft_tuning.add_peft`` for LoRA/IA3 (the head trained in full), and times ``--steps`` AdamW steps on random token batches of
+``kinject.training.peft_tuning.add_peft`` for LoRA/IA3 (the head trained in full), and times ``--steps`` AdamW steps on random token batches of
 ``--batch`` x ``--length`` after ``--warmup`` steps. Settings alternate over ``--rounds`` so they share the
 machine's noise; ratios are taken within a round.
 
@@ -35,9 +35,9 @@ def one(model_name: str, method: str, args) -> dict:
     from benchmarks.bench_mfu import encoder_dir
 
     from kinject.interfaces import Head
-    from kinject.plugins.training.peft_tuning import add_peft
+    from kinject.training.peft_tuning import add_peft
     from kinject.spec import PeftSpec
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
 
     torch.manual_seed(0)
     path = encoder_dir(model_name, Path(tempfile.mkdtemp()))  # tiny, minilm or bert-base (random, from a config)

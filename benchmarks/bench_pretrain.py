@@ -37,8 +37,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 def corpus_texts(n: int) -> list[str]:
     """In-domain text (HoC + PubMedQA train/dev through their readers) when the data dir has it."""
     from kinject.interfaces import Environment
-    from kinject.plugins.knowledge.sources.corpus import CorpusSource
-    from kinject.spec_input import default_cache_dir, default_data_dir
+    from kinject.knowledge.sources.corpus import CorpusSource
+    from kinject.spec_reading import default_cache_dir, default_data_dir
 
     env = Environment(data_dir=default_data_dir(), cache_dir=default_cache_dir())
     source = CorpusSource(tasks=["hoc", "pubmedqa"])
@@ -62,10 +62,11 @@ def run_kinject(texts: list[str], args, work: Path, sparse: bool = True) -> dict
     from datasets import Dataset
     from transformers import AutoModelForMaskedLM
 
-    from kinject.plugins.training import load_tokenizer, minilm_path
-    from kinject.plugins.knowledge.masked_lm import train_mlm
-    from kinject.plugins.knowledge.masking import WholeWordMaskCollator
-    from kinject.plugins.knowledge.packing import pack_to_arrow
+    from kinject.training import minilm_path
+    from kinject.api import load_tokenizer
+    from kinject.knowledge.masked_lm import train_mlm
+    from kinject.knowledge.masking import WholeWordMaskCollator
+    from kinject.knowledge.packing import pack_to_arrow
 
     tok = load_tokenizer(str(minilm_path()))
     start = time.perf_counter()
@@ -85,7 +86,7 @@ def run_plain(texts: list[str], args, work: Path) -> dict:
     from transformers import (AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer,
                               TrainingArguments, set_seed)
 
-    from kinject.plugins.training import PaddingCounter, minilm_path
+    from kinject.training import PaddingCounter, minilm_path
 
     tok = AutoTokenizer.from_pretrained(str(minilm_path()))
     start = time.perf_counter()
@@ -155,7 +156,7 @@ def corpus_child(path: str, work: str) -> None:
     from kinject.plugins.pretrain.corpus import corpus_body
     from kinject.plugins.pretrain.stages import CorpusStageConfig
     from kinject.refs import SourceRef
-    from kinject.plugins.knowledge.sources.corpus import CorpusSource
+    from kinject.knowledge.sources.corpus import CorpusSource
 
     env = Environment(data_dir=Path(work), cache_dir=Path(work) / "cache")
     source = CorpusSource(paths=[path])

@@ -83,7 +83,7 @@ def main() -> None:
 
     from kinject.interfaces import Environment
     from kinject.api import resolve_model
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
     from kinject.registry import registry
 
     options = {}

@@ -5,8 +5,8 @@ sigmoid(base + effect*[B] + u_i + v_i*[B] + theta_{arm,s} + w_{arm,s,i}): u_i th
 more (or less) B gets it right, theta a seed's effect on a whole arm, w the seed x example noise. The known answer is
 the population difference of accuracy over examples and seeds (computed by Gauss-Hermite quadrature). Each
 replication draws a test set and S seeds per arm, and every interval of
-:data:`kinject.plugins.evidence.bootstrap.INTERVALS` is computed by kinject's own code
-(:func:`~kinject.plugins.evidence.bootstrap.interval_set`); the table gives how often each covers the answer.
+:data:`kinject.evidence.bootstrap.INTERVALS` is computed by kinject's own code
+(:func:`~kinject.evidence.bootstrap.interval_set`); the table gives how often each covers the answer.
 
 Usage: python -m benchmarks.coverage [--replications 500] [--resamples 1000] [--seeds 3 5 10] [--regimes ...]
 The defaults take about two minutes of CPU (816 s of wall time on the shared, loaded 2-core machine); docs/evidence.md holds its table.
@@ -80,9 +80,9 @@ def coverage(regime: Regime, seeds: int, replications: int = 500, resamples: int
              confidence: float = 0.95) -> dict:
     """How often each interval kind covers the true difference, with its mean width and the sd over seeds of one
     seed's difference: {kind: {"coverage", "width"}, "sd_per_seed": float, "truth": float}."""
-    from kinject.plugins.evidence.bootstrap import INTERVALS, interval_set
-    from kinject.plugins.evidence.metrics import MetricDef
-    from kinject.plugins.evidence.scorers import MeanScorer
+    from kinject.evidence.bootstrap import INTERVALS, interval_set
+    from kinject.evidence.metrics import MetricDef
+    from kinject.evidence.scorers import MeanScorer
 
     scorer = MeanScorer(MetricDef("accuracy", "accuracy"))
     truth = true_difference(regime)
@@ -107,7 +107,7 @@ def coverage(regime: Regime, seeds: int, replications: int = 500, resamples: int
 
 def table(results: list[tuple[str, int, dict]], replications: int, resamples: int) -> str:
     """The Markdown table of :func:`coverage` results: one row per regime and seed count."""
-    from kinject.plugins.evidence.bootstrap import DEFAULT_INTERVAL, INTERVALS
+    from kinject.evidence.bootstrap import DEFAULT_INTERVAL, INTERVALS
 
     kinds = [DEFAULT_INTERVAL, *[k for k in INTERVALS if k != DEFAULT_INTERVAL]]
     head = (["regime", "seeds", "sd(Δ) per seed"] + [f"{k}{' (default)' if k == DEFAULT_INTERVAL else ''}"

@@ -33,13 +33,13 @@ def main() -> None:
     args = parser.parse_args()
 
     from kinject.preparation import prepare
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
     from kinject.plugins.kimera.importance import normalize_importance, score_heads
     from kinject.plugins.kimera.masks import load_mask
     from kinject.plugins.kimera.scoring import scoring_set
-    from kinject.plugins.training import load_task_model
-    from kinject.plugins.training import apply_overrides
-    from kinject.spec_input import build_spec
+    from kinject.training import load_task_model
+    from kinject.api import apply_overrides
+    from kinject.spec_reading import build_spec
 
     spec = build_spec(apply_overrides({"task": {"name": "capr"}, "strategy": {"name": "kimera"}}, args.overrides))
     run = prepare(spec)

@@ -23,7 +23,7 @@ for name, extra in specs.items():
             "strategy": {"name": name}, "cache_dir": str(tmp / "cache"), **extra}
     run = prepare(build_spec(spec))
     for p in plan(run):
-        out[f"{name}/{p.stage.name}"] = sorted(p.record["code"])
+        out[f"{name}/{p.stage.name}"] = sorted(p.code_modules)
 verbose = "-v" in sys.argv
 for k, v in out.items():
     print(f"{len(v):3d} {k}" + (": " + ", ".join(m.replace("kinject.", "") for m in v) if verbose else ""))

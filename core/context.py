@@ -12,7 +12,7 @@ from kinject.errors import SpecError
 from kinject.interfaces import Environment, KnowledgeSource, Stage, Strategy, Task
 from kinject.registry import registry
 from kinject.spec import RunSpec
-from kinject.spec_input import validate_plugin_config
+from kinject.spec_reading import validate_plugin_config
 
 
 
@@ -37,7 +37,7 @@ class RunContext:
     recommended: dict[str, Any] = field(default_factory=dict)  # the task's settings applied to this spec
     protocol: dict[str, Any] = field(default_factory=dict)  # the strategy's protocol preset applied to it
     defaults: dict[str, str] = field(default_factory=dict)  # settings the default rules filled in, and why
-    chosen: dict | None = None  # what was chosen before the run was prepared (kinject.decisions.decide)
+    chosen: dict | None = None  # what was chosen before the run was prepared (kinject.defaults.decide)
     decided_by: dict[str, str] = field(default_factory=dict)  # "chosen"/"defaults" -> the implementation that decided
     output: Path | None = None  # the run folder, once the run executes
     resolved: Any = None  # what the strategy's validate returned, for its stages
@@ -47,7 +47,8 @@ class RunContext:
 
     def model_ref(self):
         """The run's base model as stage configs hold it (see :class:`kinject.refs.ModelRef`)."""
-        from kinject.refs import ModelRef, model_fingerprint
+        from kinject.models import model_fingerprint
+        from kinject.refs import ModelRef
 
         if "model" not in self._refs:
             m = self.spec.model

@@ -42,3 +42,17 @@ def broadcast(value):
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+_FENCES: list = []  # the StageLock of the stage this process computes (its fence)
+
+
+def check_fence() -> None:
+    """Raise :class:`kinject.errors.LeaseLost` when the stage this process computes was taken over by another
+    process (its lease expired while this one stalled). Training loops call it every step (the training library's
+    HookCallback), the engine before publishing: a superseded holder stops writing and publishes nothing."""
+    from kinject.errors import Interrupted, LeaseLost
+
+    Interrupted.raise_pending()  # a Ctrl-C that struck inside a log write (kinject.errors.Interrupted.install)
+    if _FENCES and not _FENCES[-1].holds():
+        raise LeaseLost(f"stage {_FENCES[-1].label}: this process's lease expired and another process took it over")

@@ -25,6 +25,7 @@ from typing import Any, Iterator
 from kinject import __version__
 from kinject.distributed import barrier
 from kinject.interfaces import RUN_METRICS_FILE, Stage
+from kinject.knowledge.dose import combine_doses, dose_line
 from kinject.stage_runner import run_stages
 from kinject.context import RunContext
 from kinject.outputs import describe_data, run_folder
@@ -59,8 +60,6 @@ def _collect(folder: Path, stage: Stage, state: dict) -> None:
     """Fold one finished stage's outputs into what the run directory will hold."""
     if (folder / "metrics.json").exists():
         state["metrics"] = json.loads((folder / "metrics.json").read_text())
-    if (folder / "comparison.json").exists():
-        state["comparison"] = json.loads((folder / "comparison.json").read_text())
     if (folder / RUN_METRICS_FILE).exists():  # sections a stage adds to the run's metrics (e.g. the knowledge probe)
         state["sections"].update(json.loads((folder / RUN_METRICS_FILE).read_text()))
     if stage.produces_model and (folder / "model").exists():
@@ -80,7 +79,7 @@ def execute(run: RunContext, output: Path) -> dict[str, Any]:
 def execute_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str, Any]:
     """Run ``run`` writing its files into ``folder``, a folder inside one :func:`run_folder` holds (None: a process
     that writes nothing); ``shown`` is where it will be once the run succeeds (for hooks and messages). Several seeds
-    into one folder: the training library's ``execute_repeats``."""
+    into one folder: :func:`execute_repeats`."""
     from transformers import set_seed
 
     if run.members:
@@ -104,7 +103,7 @@ def execute_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str,
         hooks.kinject_run_start(spec=resolved, run_dir=shown)
         started = time.perf_counter()
         records = []
-        state: dict[str, Any] = {"metrics": {}, "comparison": None, "model": None, "exports": [], "sections": {}}
+        state: dict[str, Any] = {"metrics": {}, "model": None, "exports": [], "sections": {}}
         for planned, cached, seconds in run_stages(run):
             config_type = type(planned.stage.config)
             records.append({"name": planned.stage.name, "key": planned.key, "cached": cached,
@@ -112,16 +111,30 @@ def execute_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str,
                             "config_type": f"{config_type.__module__}.{config_type.__qualname__}"})
             _collect(planned.folder, planned.stage, state)
         metrics = {**state["metrics"], **{k: v for k, v in state["sections"].items() if k not in state["metrics"]}}
-        dose = hooks.kinject_run_dose(stages=[(r["name"], Path(r["dir"])) for r in records])
-        if dose is not None:  # what the run's knowledge-consuming stages consumed (the knowledge library's hook)
+        dose = combine_doses([(r["name"], Path(r["dir"])) for r in records])
+        if dose is not None:  # what the run's knowledge-consuming stages consumed
+            log.info("%s", dose_line(dose))
             metrics["dose"] = dose
-        if state["comparison"] is not None:
-            metrics = {**metrics, "comparison": state["comparison"]}
         state["wall_seconds"] = round(time.perf_counter() - started, 3)
         if folder is not None:
             _write_run_dir(folder, run, resolved, records, metrics, state)
             hooks.kinject_run_end(spec=resolved, run_dir=shown, metrics=metrics)
     return metrics
+
+
+def execute_repeats(runs: list[RunContext], output: Path) -> dict[str, Any]:
+    """Run prepared runs that differ only in seed into ``output/seed-<s>`` (each a run folder) and write their summary
+    over seeds as ``output``'s metrics.json; ``output`` is replaced as a whole, atomically."""
+    from kinject.evidence.seeds import summarize_seeds
+
+    with run_folder(output, runs[0], "repeats") as tmp:
+        per_seed = {run.spec.seed: execute_into(run, tmp / f"seed-{run.spec.seed}" if tmp else None,
+                                                Path(output) / f"seed-{run.spec.seed}") for run in runs}
+        summary = summarize_seeds(per_seed)
+        if tmp is not None:
+            (tmp / "metrics.json").write_text(json.dumps(summary, indent=2))
+    barrier()
+    return summary
 
 
 @contextmanager

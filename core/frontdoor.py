@@ -28,7 +28,7 @@ def lazy_exports(package: str, exports: dict[str, tuple[str, ...]]) -> tuple[Cal
             value = getattr(importlib.import_module(module_of[name], package), name)
         elif name.startswith("__") or not hasattr(sys.modules[package], "__path__"):
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        else:  # a submodule, as a package's attribute (``from kinject.plugins.knowledge import kg``)
+        else:  # a submodule, as a package's attribute (``from kinject.knowledge import kg``)
             try:
                 value = importlib.import_module(f"{package}.{name}")
             except ModuleNotFoundError as error:

@@ -91,7 +91,7 @@ class MetricRef(PluginConfig):
 
         from kinject.errors import SpecError
         from kinject.registry import registry
-        from kinject.spec_input import format_validation_error
+        from kinject.spec_reading import format_validation_error
 
         cls = registry("evaluators").get(self.name)
         try:
@@ -325,7 +325,7 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     def cost(self, run: "RunContext") -> float | None:
-        """The stage's FLOPs (sized by the prepared ``run``'s model and data; :mod:`kinject.plugins.training.cost`),
+        """The stage's FLOPs (sized by the prepared ``run``'s model and data; :mod:`kinject.training.cost`),
         for ``--dry-run``'s estimate (the ``kinject_estimator`` hook); None: not stated (a stage's fixed overhead)."""
 
 
@@ -402,7 +402,7 @@ class Strategy(Component):
                                 f"({source.name!r}): {wanted}; remove it from sources")
 
     def stages(self, run: "RunContext") -> list[Stage]:
-        """The stages of a run, in order (the training library, :mod:`kinject.plugins.training`, builds the shared
+        """The stages of a run, in order (the training library, :mod:`kinject.training`, builds the shared
         ones). What ``validate`` resolved is in ``run.resolved``."""
         raise NotImplementedError
 

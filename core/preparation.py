@@ -1,7 +1,8 @@
 """Preparing a run: everything that can fail on user input fails here (:func:`prepare`), before any stage starts
-or anything is written - the settings a run starts from (``kinject_start_settings``: a strategy's protocol, a task's
-recommended values, the precision), the task, strategy and sources looked up and checked, the facts held out of
-every source, the strategy's stage plan checked."""
+or anything is written - the settings a run starts from (:func:`kinject.defaults.start_settings`: a strategy's
+protocol, a task's recommended values, the precision), the task, strategy, sources and model looked up and checked,
+the facts held out of every source, the inputs that are not sources checked against them, the strategy's stage
+plan checked."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kinject.fingerprint import check_body
 from kinject.interfaces import Environment, KnowledgeSource, Strategy, Task, TaskGroup
 from kinject.registry import registry
 from kinject.spec import RunSpec
-from kinject.spec_input import default_cache_dir, default_data_dir, validate_plugin_config
+from kinject.spec_reading import default_cache_dir, default_data_dir, validate_plugin_config
 from kinject.context import RunContext
 
 
@@ -73,26 +74,24 @@ def make_environment(spec: RunSpec) -> Environment:
 
 
 def _resolve_model(spec: RunSpec, env: Environment) -> str:
-    """The model's loadable path, and the model settings checked against it by the ``kinject_check_model`` hook (the
-    training library reads its config), before any stage."""
-    from kinject.hooks import plugin_manager
-    from kinject.models import resolve_model
+    """The model's loadable path, and the model settings checked against it by the model's provider (it reads the
+    model's config), before any stage."""
+    from kinject.models import check_model, resolve_model
 
     path = resolve_model(spec.model.name, env.cache_dir)
     if spec.model.revision and Path(path).exists():
         raise SpecError(f"model.revision: {spec.model.revision!r} pins a hub revision, but model "
                         f"{spec.model.name!r} is a local model ({path})")
-    plugin_manager().hook.kinject_check_model(model=spec.model, path=path)
+    check_model(spec.model, path)
     return path
 
 
 def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = None) -> RunContext:
     """Resolve and check everything that can fail on user input - spec, data, sources, the strategy's
     own checks and its stage plan - before any stage starts or anything is written."""
-    from kinject.decisions import first_answer
+    from kinject import defaults
 
-    started, by = first_answer("kinject_start_settings", spec=spec)  # protocol, recommended, precision: the training
-    spec, settled = started if started is not None else (spec, {})   # library's (kinject.plugins.training.presets)
+    spec, settled = defaults.start_settings(spec)  # the protocol, the task's recommended values, the precision
     task, strategy, sources = resolve_components(spec)
     env = make_environment(spec)
     from kinject.files import check_writable
@@ -103,10 +102,12 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
                      resume=resume, command=command, recommended=settled.get("recommended", {}),
                      protocol=settled.get("protocol", {}), defaults=dict(settled.get("defaults", {})))
     if any(settled.values()):
-        run.decided_by["presets"] = by
+        run.decided_by["presets"] = defaults.by(defaults.start_settings)
     for name in spec.hooks:  # every hook's settings checked before any data is read
         run.hook_settings(name)
-    _default_exclude(run)
+    if spec.knowledge.exclude is None:
+        _fill_exclude(run, defaults.default_exclude(run))
+        run.decided_by["exclude"] = defaults.by(defaults.default_exclude)
     if isinstance(task, TaskGroup):
         run.members = _prepare_members(run)
         return run
@@ -118,11 +119,17 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
             source.check(env)
     if task is not None:
         _check_task_kind(strategy, task, env)
-        from kinject.decisions import default_rules
-
-        run.defaults.update(default_rules(run))  # the training library's rules by default (kinject.decisions)
+        rules = defaults.default_rules(run)
+        if rules:
+            run.defaults.update(rules)
+            run.decided_by["defaults"] = defaults.by(defaults.default_rules)
     run.holdout = _holdout(run)
-    run.hooks().kinject_check_inputs(run=run)  # e.g. --model a run that saw the held-out facts (knowledge library)
+    if task is not None:  # a starting model that is itself a run declares the held-out facts it saw
+        from kinject.knowledge.provenance import model_input, record
+
+        entry = model_input(run, spec.model.name, "model.name")
+        if entry is not None:
+            record(run, entry)
     with plugin_code("strategies", strategy):
         run.resolved = strategy.validate(run)
         run.stages = strategy.stages(run)
@@ -146,21 +153,12 @@ def _check_task_kind(strategy: Strategy, task: Task, env: Environment) -> None:
                         "each supports)")
 
 
-def _default_exclude(run: RunContext) -> None:
-    """``knowledge.exclude`` left unset: the splits the ``kinject_default_exclude`` implementation holds out (the
-    knowledge library's: [dev, test]; none when no implementation answers), and who decided (run.json
-    ``decided_by``)."""
-    from kinject.decisions import first_answer
-
+def _fill_exclude(run: RunContext, splits: list[str]) -> None:
+    """``knowledge.exclude`` left unset, filled with the default hold-out's splits (still counted as unset)."""
     knowledge = run.spec.knowledge
-    if knowledge.exclude is not None:
-        return
-    splits, by = first_answer("kinject_default_exclude", run=run)
-    filled = type(knowledge).model_validate({**knowledge.model_dump(), "exclude": list(splits or [])})
+    filled = type(knowledge).model_validate({**knowledge.model_dump(), "exclude": list(splits)})
     filled.__pydantic_fields_set__ = set(knowledge.model_fields_set)
     run.spec = run.spec.model_copy(update={"knowledge": filled})
-    if by is not None:
-        run.decided_by["exclude"] = by
 
 
 def _holdout(run: RunContext):
@@ -219,7 +217,7 @@ def plugin_code(kind: str, plugin: Any) -> Iterator[None]:
     try:
         yield
     except ImportError as exc:
-        from kinject.compat import explain_import_error
+        from kinject.deprecation import explain_import_error
 
         try:
             _, distribution, version = registry(kind).origin(plugin.name)

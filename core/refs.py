@@ -57,8 +57,14 @@ class ModelRef(Ref):
     pooling: str = "cls"
     path: str = Field(json_schema_extra=NOT_KEYED, description="Where the model resolved on this machine.")
 
+    def code_modules(self) -> list[str]:
+        """The model's provider (:mod:`kinject.models`): how it is found and loaded is code every stage runs."""
+        from kinject.models import provider
+
+        return list(dict.fromkeys([type(provider(self.name)).__module__, "kinject.models"]))
+
     def load_encoder(self):
-        """The encoder, cut to ``layers`` (loaded by the ``kinject_load_model`` hook: the training library's)."""
+        """The encoder, cut to ``layers`` (loaded by the model's provider: :mod:`kinject.models`)."""
         from kinject.models import load_model
 
         return load_model(self, "encoder")
@@ -67,20 +73,6 @@ class ModelRef(Ref):
         from kinject.models import load_model
 
         return load_model(self, "tokenizer")
-
-
-def model_fingerprint(name: str, path: str, revision: str | None) -> str:
-    """The ``kinject_model_fingerprint`` hook's answer for a name a plugin knows (``tiny:v1``), else a local folder's
-    files or a hub id at its revision."""
-    from kinject.hooks import plugin_manager
-
-    known = plugin_manager().hook.kinject_model_fingerprint(name=name, path=path, revision=revision)
-    if known is not None:
-        return known
-    local = Path(path)
-    if local.is_dir():
-        return "dir:" + files_fingerprint([p for p in local.iterdir() if p.is_file()], local)
-    return f"hub:{path}@{revision or 'main (unpinned)'}"
 
 
 # -- task ------------------------------------------------------------------------------------------ #
@@ -153,13 +145,10 @@ class TaskRef(Ref):
 
     def code_modules(self) -> list[str]:
         """The task's module, those of the evaluators it scores with and of an input transform, and for a fold run
-        those of the ``kinject_fold`` implementations (how its folds are drawn)."""
-        from kinject.hooks import plugin_manager
-
+        :mod:`kinject.splits` (how its folds are drawn)."""
         task = self.raw()
         evaluators = [type(ref.build()).__module__ for ref in task.metric_refs()]
-        folds = [impl.function.__module__ for impl in plugin_manager().hook.kinject_fold.get_hookimpls()] \
-            if self.fold else []
+        folds = ["kinject.splits"] if self.fold else []
         return [type(task).__module__, *evaluators, *(self.inputs.code_modules() if self.inputs else []), *folds]
 
     def raw(self) -> Task:
@@ -217,10 +206,10 @@ class HoldOutRef(Ref):
         return self.task.code_modules() if self.task is not None else []
 
     def held_out(self):
-        """The held-out facts (the ``kinject_held_out_facts`` hook's set), computed once."""
+        """The held-out facts (:func:`kinject.facts.held_out_facts`), computed once."""
         if self._facts is None:
             from kinject.errors import KinjectError
-            from kinject.hooks import plugin_manager
+            from kinject.facts import held_out_facts
 
             triples: list[tuple[str, str, str]] = []
             if self.task is not None:
@@ -230,10 +219,7 @@ class HoldOutRef(Ref):
                 for split in self.splits:
                     triples += [(t.head, t.relation, t.tail) for t in task.facts(split, env)]
             files = (self.file,) if self.file else ()
-            facts = plugin_manager().hook.kinject_held_out_facts(triples=triples, files=files)
-            if facts is None:
-                raise KinjectError("knowledge.exclude: no hook plugin builds held-out facts (the knowledge library's "
-                                   "'knowledge' hook plugin is missing: `kinject list hooks`)")
+            facts = held_out_facts(triples, files)
             if self.digest and facts.digest != self.digest:
                 raise KinjectError(f"knowledge.exclude: the held-out facts changed since the run was planned "
                                    f"(digest {facts.digest}, planned {self.digest})")
@@ -275,12 +261,12 @@ class SourceRef(Ref):
         return self._source
 
     def build(self) -> KnowledgeSource:
-        """The source a stage reads: with the run's held-out facts removed (:class:`kinject.knowledge.HeldOutSource`)
+        """The source a stage reads: with the run's held-out facts removed (:class:`kinject.facts.HeldOutSource`)
         when it holds some out."""
         if self.holdout is None:
             return self.raw()
         if self._held is None:
-            from kinject.knowledge import HeldOutSource
+            from kinject.facts import HeldOutSource
 
             self._held = HeldOutSource(self.raw(), self.holdout.held_out())
         return self._held

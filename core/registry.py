@@ -1,9 +1,10 @@
 """One lazy registry per kind of plugin, read from entry points: strategies, tasks, sources, evaluators,
-commands (typer apps or functions: ``kinject NAME``) and hooks (pluggy plugins). Built-ins are declared in
+commands (typer apps or functions: ``kinject NAME``), models (model names: :class:`kinject.models.ModelProvider`)
+and hooks (pluggy plugins). Built-ins are declared in
 kinject's pyproject.toml exactly as a third party declares its own.
 
 Discovery reads entry-point metadata only (what a listing says of a plugin without importing it is the command
-plugin's, :mod:`kinject.plugins.cli.describe`). A plugin is imported on first ``get``. A plugin that fails to load is
+plugin's, :mod:`kinject.cli.describe`). A plugin is imported on first ``get``. A plugin that fails to load is
 reported with its name, distribution and error, and breaks nothing else.
 """
 
@@ -24,16 +25,18 @@ GROUPS: dict[str, str] = {
     "sources": "kinject.sources",
     "evaluators": "kinject.evaluators",
     "commands": "kinject.commands",
+    "models": "kinject.models",
     "hooks": "kinject.hooks",
 }
 SINGULAR = {"strategies": "strategy", "tasks": "task", "sources": "source", "evaluators": "evaluator",
-            "commands": "command", "hooks": "hook plugin"}
+            "commands": "command", "models": "model", "hooks": "hook plugin"}
 BASE_CLASSES = {  # what a plugin of the kind must be (None: anything pluggy or typer accepts)
     "strategies": "kinject.interfaces:Strategy",
     "tasks": "kinject.interfaces:Task",
     "sources": "kinject.interfaces:KnowledgeSource",
     "evaluators": "kinject.interfaces:Evaluator",
     "commands": None,
+    "models": "kinject.models:ModelProvider",
     "hooks": None,
 }
 
@@ -150,7 +153,7 @@ class Registry:
                 try:
                     obj = ep.load()
                 except Exception as exc:  # a broken plugin must not break anything else
-                    from kinject.compat import explain_import_error
+                    from kinject.deprecation import explain_import_error
 
                     why = (dist != "kinject" and explain_import_error(exc)) or \
                         f"failed to import: {type(exc).__name__}: {exc}"
@@ -183,7 +186,7 @@ class Registry:
 
 def _api_mismatch(ep: EntryPoint) -> str:
     """'' unless the plugin's distribution declares a kinject requirement (Requires-Dist) this kinject does not meet."""
-    from kinject.compat import api_mismatch
+    from kinject.deprecation import api_mismatch
 
     dist = getattr(ep, "dist", None)
     if dist is None or _dist_of(ep)[0] == "kinject":

@@ -1,6 +1,6 @@
 """The run spec: one validated document that says everything a run does, validated as a whole (each plugin's own
-config by :mod:`kinject.spec_input`), errors reported as ``field.path: what is wrong (what is allowed)``. The front ends
-read it from YAML and ``a.b=c`` overrides (:mod:`kinject.plugins.training.spec_files`).
+config by :mod:`kinject.spec_reading`), errors reported as ``field.path: what is wrong (what is allowed)``. It is read from
+YAML and ``a.b=c`` overrides by :mod:`kinject.spec_reading`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from kinject.compat import call_moved
 from kinject.fingerprint import NOT_KEYED
 
 
@@ -101,12 +100,6 @@ class TrainingSpec(StrictModel):
     eval_splits: list[str] | None = Field(None, description="Splits the evaluate stage scores (default: the "
                                           "task's evaluation splits, e.g. dev and test).")
 
-    def for_training(self) -> "TrainingSpec":  # the training library's now; served until kinject 0.2.0
-        return call_moved("kinject.spec:TrainingSpec.for_training", self)
-
-    def for_method_stage(self, **settings: Any) -> "TrainingSpec":  # the training library's now (the same)
-        return call_moved("kinject.spec:TrainingSpec.for_method_stage", self, **settings)
-
 
 class PluginRef(BaseModel):
     """A plugin by name plus its config fields (validated by the plugin's own Config)."""
@@ -137,20 +130,23 @@ class KnowledgeSpec(StrictModel):
                                      "(head<TAB>relation<TAB>tail a line).", json_schema_extra={"path": True})
 
 
+class DefaultsSpec(StrictModel):
+    """The default training rules and the choice's cross-validation (:mod:`kinject.defaults`; docs/training.md)."""
+
+    rules: bool = Field(True, description="Apply the default training rules to fields nobody set (a small dev split "
+                        "keeps the last weights; head_rate and long_epochs below when turned on); false: none.")
+    head_rate: bool = Field(False, description="A sequence classifier whose task recommends no head learning rate gets "
+                            "200x the encoder's. Off by default: found on ChemProt, DDI and HoC, not yet checked on "
+                            "tasks it was not derived from (docs/training.md).")
+    long_epochs: bool = Field(False, description="A training split of >= 1,000 examples whose task recommends no "
+                              "epochs trains up to 10 epochs with patience 3. Off by default: not yet checked on tasks "
+                              "it was not derived from (docs/training.md).")
+    folds: int = Field(5, ge=2, description="The k of the choice's k-fold cross-validation on a small train split "
+                       "(each alternative costs k fine-tunes).")
+
+
 class RunSpec(StrictModel):
     """One run: model, task, strategy, knowledge sources, training settings, seed, output."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _moved(cls, data: Any) -> Any:
-        """Settings that moved into a plugin's own config: one line saying where."""
-        if isinstance(data, dict):
-            if "knowledge_probe" in data:
-                raise ValueError("knowledge_probe is now hooks.knowledge-probe.enabled (the probe plugin's setting)")
-            if isinstance(data.get("knowledge"), dict) and "probe_source" in data["knowledge"]:
-                raise ValueError("knowledge.probe_source is now hooks.knowledge-probe.source (the probe plugin's "
-                                 "setting)")
-        return data
 
     model: ModelSpec = Field(default_factory=ModelSpec)
     task: PluginRef | None = Field(None, description="The downstream task (required unless the strategy "
@@ -174,9 +170,11 @@ class RunSpec(StrictModel):
                                              "hooks.knowledge-probe.enabled=false leaves the knowledge probe out.")
     choose: bool | None = Field(None, description="On a train split under 1,000 examples, choose the task's "
                                 "alternatives (a pair task's encoder, a classifier's head learning rate) by 5-fold "
-                                "cross-validation on it before the run (the training library's decisions; announced, "
-                                "cached, recorded in run.json; docs/training.md). Unset: on, except under the quick "
+                                "cross-validation on it before the run (kinject.defaults; announced, cached, recorded "
+                                "in run.json; docs/training.md). Unset: on, except under the quick "
                                 "protocol (KINJECT_CHOOSE=0 turns it off); false: off; true: on, also under --quick.")
+    defaults: DefaultsSpec = Field(default_factory=DefaultsSpec, description="The default training rules and the "
+                                   "choice's folds.")
     protocol: str = Field("kinject", description="kinject: the defaults (tuned for this scale); paper: the strategy's "
                           "paper protocol (its hyperparameters where they apply; `kinject info STRATEGY`) for every "
                           "field not set here, before the task's recommended settings.")

@@ -66,13 +66,26 @@ def limited(examples: list[dict], limit: int) -> list[dict]:
 
 def fold_of(examples: list[dict], fold: tuple[int, int, int], held_out: bool) -> list[dict]:
     """The examples of cross-validation fold ``fold`` = (i, k, seed) of a train split (``held_out``: fold i, the
-    fold run's dev split; else the other k - 1 folds), drawn by the ``kinject_fold`` hook (the training library's:
-    grouped by unit, stratified by label; :mod:`kinject.plugins.training.folds`)."""
-    from kinject.errors import KinjectError
-    from kinject.hooks import plugin_manager
+    fold run's dev split; else the other k - 1 folds). Examples that share a ``group`` (a query's candidates, an
+    abstract's sentences) stay in one fold, and single labels (strings) are spread over the folds in proportion
+    (scikit-learn's StratifiedGroupKFold, shuffled with ``seed``). This module keys every fold run."""
+    import warnings
 
-    rows = plugin_manager().hook.kinject_fold(examples=examples, fold=fold, held_out=held_out)
-    if rows is None:
-        raise KinjectError("fold: no hook plugin draws cross-validation folds (the training library's 'decisions' "
-                           "hook plugin is missing: `kinject list hooks`)")
-    return rows
+    import numpy as np
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    from kinject.errors import DataError
+
+    index, k, seed = fold
+    groups = [str(ex.get("group", i)) if isinstance(ex, dict) else str(i) for i, ex in enumerate(examples)]
+    if len(set(groups)) < k:
+        raise DataError(f"fold {index}/{k}: the train split has {len(set(groups))} unit(s), fewer than {k} folds")
+    labels = [ex.get("label") if isinstance(ex, dict) else None for ex in examples]
+    if not all(isinstance(label, str) for label in labels):
+        labels = ["-"] * len(examples)  # scores, label lists, tags: grouped folds only
+    with warnings.catch_warnings():  # a class rarer than k folds is spread as far as it goes
+        warnings.simplefilter("ignore", UserWarning)
+        splitter = StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed)
+        _, held = list(splitter.split(np.zeros(len(examples)), labels, groups))[index]
+    chosen = set(held.tolist())
+    return [ex for i, ex in enumerate(examples) if (i in chosen) == held_out]

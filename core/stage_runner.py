@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from kinject import __version__
 from kinject.cache import StageLock, check_finished, clean_stage_folder, file_records, partial_path
-from kinject.distributed import barrier, broadcast, is_main_process, rank, world_size
+from kinject.distributed import _FENCES, barrier, broadcast, check_fence, is_main_process, rank, world_size
 from kinject.errors import KinjectError
 from kinject.files import discard, filesystem_fault
 from kinject.interfaces import Stage, StageContext
@@ -43,20 +43,6 @@ def stage_flops(config, run) -> float | None:
 
 
 RUNNING: list[str] = []  # the stage this process is computing (what an interruption names)
-_FENCES: list = []  # the StageLock of the stage this process computes (its fence)
-
-
-def check_fence() -> None:
-    """Raise :class:`kinject.errors.LeaseLost` when the stage this process computes was taken over by another
-    process (its lease expired while this one stalled). Training loops call it every step (the training library's
-    HookCallback), the engine before publishing: a superseded holder stops writing and publishes nothing."""
-    from kinject.errors import Interrupted, LeaseLost
-
-    Interrupted.raise_pending()  # a Ctrl-C that struck inside a log write (kinject.errors.Interrupted.install)
-    if _FENCES and not _FENCES[-1].holds():
-        raise LeaseLost(f"stage {_FENCES[-1].label}: this process's lease expired and another process took it over")
-
-
 def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path],
               alone: bool = False) -> tuple[bool, float]:
     """Run one stage unless cached. Returns (cached, seconds).
@@ -184,7 +170,7 @@ def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]
         sync()
         if main:
             check_fence()  # a holder whose lease was taken over publishes nothing (the new holder's stage)
-            info = {"stage": stage.name, "key": key, "record": planned.record,
+            info = {"stage": stage.name, "key": key, "record": planned.record, "code_modules": planned.code_modules,
                     "config": stage.config.model_dump(mode="json"), "kinject": __version__,
                     "seconds": round(time.perf_counter() - start, 3), "rank": rank(),
                     "flops": stage_flops(stage.config, run),  # what --dry-run's estimates learn from

@@ -30,7 +30,7 @@ def wait_until(predicate, what: str, seconds: float = 900, process: subprocess.P
 
 def run_kinject(*args: str) -> int:
     """Run the kinject CLI in-process; return its exit code."""
-    from kinject.plugins.cli.app import main
+    from kinject.cli.app import main
 
     try:
         main(list(args))

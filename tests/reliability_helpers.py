@@ -26,7 +26,7 @@ class Slow:
                 time.sleep(0.05)
 
 plugin_manager().register(Slow(), name="slow")
-from kinject.plugins.cli.app import main
+from kinject.cli.app import main
 main(sys.argv[1:])
 """
 
@@ -110,7 +110,7 @@ def spawn(args: list[str], env: dict | None = None, slowed: bool = False, log: P
     log from step ``gate_step`` on (it creates ``<gate>.held``: :func:`held`) until the file ``gate`` exists (the test
     creates it). A process that must still be training when another arrives is held there, not raced against a
     clock; the run needs ``training.logging_steps=1``."""
-    code = SLOWED if slowed or gate else "import sys\nfrom kinject.plugins.cli.app import main\nmain(sys.argv[1:])"
+    code = SLOWED if slowed or gate else "import sys\nfrom kinject.cli.app import main\nmain(sys.argv[1:])"
     environment = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     if gate is not None:
         environment.update(KINJECT_TEST_GATE=str(gate), KINJECT_TEST_GATE_STEP=str(gate_step))

@@ -2,7 +2,7 @@
 folder (benchmarks/grids/dose-response.yaml): per arm, how much knowledge went in (metrics.json ``dose``), whether
 it went in (KIMERA: the retrained heads' triplet accuracy on held-out triples; every arm: the knowledge probe), and
 what it did to the task - the paired difference to the baseline arm on the same test items and seeds, with the
-interval over seeds and examples (``kinject.plugins.evidence.compare``; example-only where an arm has one seed).
+interval over seeds and examples (``kinject.evidence.compare``; example-only where an arm has one seed).
 
 Usage:
   python -m benchmarks.experiments.dose_response runs/dose-response [--task hpo-isa] [--baseline finetune]
@@ -163,7 +163,7 @@ def main() -> None:
     parser.add_argument("--figure", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    from kinject.plugins.evidence import compare
+    from kinject.evidence import compare
 
     root = args.grid / args.task
     arms = [p for p in sorted(root.iterdir()) if p.is_dir() and any((s / "metrics.json").is_file()

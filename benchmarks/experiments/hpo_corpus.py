@@ -33,7 +33,7 @@ def term_text(term, names: dict[str, str]) -> str:
 
 
 def isa_triples(out: Path, shuffle_seed: int | None) -> None:
-    from kinject.plugins.knowledge.sources.hpo import RELATIONS
+    from kinject.knowledge.sources.hpo import RELATIONS
 
     terms = [t for t in read_terms() if not t.obsolete]
     names = {t.id: t.name for t in read_terms()}

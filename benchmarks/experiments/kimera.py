@@ -121,7 +121,7 @@ def write_terms(argv: list[str]) -> None:
     from kinject.interfaces import Environment
     from kinject.registry import registry
     from kinject.spec import PluginRef
-    from kinject.spec_input import default_cache_dir, default_data_dir, validate_plugin_config
+    from kinject.spec_reading import default_cache_dir, default_data_dir, validate_plugin_config
 
     cls = registry("tasks").get("capr")
     task = cls(validate_plugin_config(cls, PluginRef(name="capr", **EVALUATIONS["hpo"]), "task"))

@@ -36,7 +36,7 @@ def adapter_stats(graph: str, head: str, epochs: float, cache_dir: str, data_dir
     from kinject.keys import plan
     from kinject.stage_runner import run_stage
     from kinject.preparation import prepare
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     strategy, sources = GRAPHS[graph]
     budget = {"adapter_epochs": epochs} if epochs else {"adapter_max_steps": 0}

@@ -43,7 +43,7 @@ def main() -> None:
     from kinject.interfaces import Head
     from kinject.api import resolve_model
     from kinject.plugins.mop.fusion import attach_partition_adapters
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
     from transformers import AutoTokenizer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

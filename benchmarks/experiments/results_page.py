@@ -1,6 +1,6 @@
 """Regenerate the numbers of docs/results.md from the run directories: every block between
 ``<!-- generated:NAME -->`` and ``<!-- /generated:NAME -->`` is rewritten from the runs that docs/results.yaml
-lists for NAME (``kinject.plugins.evidence.report.comparison_markdown``: each run's mean ± std and per-seed values, the
+lists for NAME (``kinject.evidence.report.comparison_markdown``: each run's mean ± std and per-seed values, the
 paired difference to the first run with its bootstrap interval, per-seed p-values). The prose around the blocks
 is written by hand; the numbers inside them are not.
 
@@ -31,12 +31,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def render(name: str, block: dict, runs: Path) -> str:
     """A ``comparison`` block (default: paired comparison to the first run) or a ``metrics`` block (a table of
     metrics.json values per run; ``split: null`` reads top-level entries such as ``comparison``)."""
-    from kinject.plugins.evidence.report import comparison_markdown, metrics_markdown
+    from kinject.evidence.report import comparison_markdown, metrics_markdown
 
     if block.get("kind") == "csv":  # a table a command wrote (e.g. kinject vocab compare --csv)
         import csv
 
-        from kinject.plugins.evidence.render import TableBlock, to_markdown
+        from kinject.evidence.render import TableBlock, to_markdown
 
         with open(runs / block["path"], newline="", encoding="utf-8") as handle:
             rows = list(csv.reader(handle))
@@ -61,9 +61,9 @@ def seed_reading(page: str, of: str) -> str:
     import numpy as np
     from scipy import stats
 
-    from kinject.plugins.evidence.bootstrap import verdict
-    from kinject.plugins.evidence.comparison import FEW_SEEDS, metric_direction
-    from kinject.plugins.evidence.render import TableBlock, to_markdown
+    from kinject.evidence.bootstrap import verdict
+    from kinject.evidence.comparison import FEW_SEEDS, metric_direction
+    from kinject.evidence.render import TableBlock, to_markdown
 
     found = re.search(rf"<!-- generated:{re.escape(of)} -->\n(.*?)<!-- /generated:{re.escape(of)} -->", page, re.S)
     if not found:

@@ -9,7 +9,7 @@ import json
 import numpy as np
 
 from kinject.api import StageContext, fact_key, is_main_process
-from kinject.plugins.knowledge import write_dose
+from kinject.knowledge import write_dose
 
 from .stages import ContextFactsConfig
 

@@ -17,8 +17,9 @@ import numpy as np
 from pydantic import Field
 
 from kinject.api import SourceRef, StageContext, is_main_process
-from kinject.plugins.knowledge import HeldOutFacts
-from kinject.plugins.training import EvaluateConfig, evaluate_model, load_tokenizer, predict, write_predictions
+from kinject.api import HeldOutFacts
+from kinject.training import EvaluateConfig, evaluate_model, predict, write_predictions
+from kinject.api import load_tokenizer
 
 LOOKUP_FILE = "lookup.json"
 MARGIN = 20.0  # the logit margin a graph answer is given (its probability is 1 to float precision)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from kinject.api import InputTransform, SourceRef, SpecError, Stage, TaskRef
-from kinject.plugins.training import evaluate_stage, finetune_stage
+from kinject.training import evaluate_stage, finetune_stage
 
 from .config import ContextConfig
 from .facts import context_facts_body

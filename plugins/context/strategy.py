@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kinject.api import Stage, Strategy
-from kinject.plugins.training import evaluate_stage, finetune_stage
+from kinject.training import evaluate_stage, finetune_stage
 
 from .config import ContextConfig
 from .plan import EVALUATE, LOOKUP, Resolved, context_stages, lookup_stage, resolve
@@ -39,7 +39,7 @@ class ContextStrategy(Strategy):
         return resolve(run, self.config)
 
     def stages(self, run) -> list[Stage]:
-        from kinject.plugins.evidence import compare_stage
+        from kinject.evidence import compare_stage
 
         if self.config.form == "lookup":  # the baseline's model, the graph's answers where it has them
             stages, other = [finetune_stage(run), lookup_stage(run, self.config, run.resolved)], LOOKUP

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from kinject.api import PluginConfig
-from kinject.plugins.training import TrainingOverrides
+from kinject.training import TrainingOverrides
 
 Variant = Literal["doktra", "student-ft", "kd", "no-ctt", "no-abd", "cp-only"]
 

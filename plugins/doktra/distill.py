@@ -66,7 +66,8 @@ def prepare_teacher(cfg, ctx, task, env, examples: list[dict], features: list[di
                            analysis_cls=arrays["analysis.cls"])
         width = arrays["train.cls"].shape[1]
     else:
-        from kinject.plugins.training import load_task_model, load_tokenizer
+        from kinject.training import load_task_model
+        from kinject.api import load_tokenizer
 
         directory = ctx.inputs[cfg.teacher_stage] / "model"
         tokenizer = load_tokenizer(str(directory))
@@ -93,7 +94,8 @@ def l_at(model, tokenizer, task, env, examples: list[dict], cfg, teacher: Teache
 
 
 def distill_body(cfg: DistillConfig, ctx: StageContext) -> None:
-    from kinject.plugins.training import load_task_model, load_tokenizer, save_model, train
+    from kinject.training import load_task_model, save_model, train
+    from kinject.api import load_tokenizer
 
     from .trainers import DistillRecord, DistillSettings, distill_trainer
 

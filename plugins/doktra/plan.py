@@ -8,8 +8,8 @@ import dataclasses
 from typing import NamedTuple
 
 from kinject.api import KinjectError, ModelRef, SpecError, Stage, TrainingSpec
-from kinject.plugins.knowledge import model_input, record
-from kinject.plugins.training import finetune_body, finetune_stage
+from kinject.knowledge import model_input, record
+from kinject.training import finetune_body, finetune_stage
 
 from .config import NEEDS_TEACHER, DoktraConfig
 from .distill import distill_body

@@ -44,8 +44,8 @@ class DoktraStrategy(Strategy):
         return resolve(run, self.config)
 
     def stages(self, run) -> list[Stage]:
-        from kinject.plugins.training import evaluate_stage, finetune_stage
-        from kinject.plugins.evidence import compare_stage
+        from kinject.training import evaluate_stage, finetune_stage
+        from kinject.evidence import compare_stage
 
         cfg, teacher = self.config, run.resolved.teacher
         if cfg.variant == "student-ft":

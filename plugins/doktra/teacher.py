@@ -94,7 +94,7 @@ def align_labels(model, head: Head) -> list[int]:
 
 # -- stage bodies ------------------------------------------------------------------------------------ #
 def import_body(cfg: ImportConfig, ctx: StageContext) -> None:
-    from kinject.plugins.training import save_model
+    from kinject.training import save_model
 
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     model = load_classifier(cfg.teacher)
@@ -110,7 +110,8 @@ def teacher_outputs_body(cfg: TeacherOutputsConfig, ctx: StageContext) -> None:
 
     from safetensors.numpy import save_file
 
-    from kinject.plugins.training import load_task_model, load_tokenizer
+    from kinject.training import load_task_model
+    from kinject.api import load_tokenizer
 
     task, env = cfg.task.build(), cfg.task.environment(ctx)
     directory = ctx.inputs[cfg.teacher_stage] / "model"

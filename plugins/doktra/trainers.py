@@ -1,4 +1,4 @@
-"""HF Trainer subclasses for DoKTra's losses (passed to ``kinject.plugins.training.train(trainer_cls=...)``).
+"""HF Trainer subclasses for DoKTra's losses (passed to ``kinject.training.train(trainer_cls=...)``).
 
 * :func:`calibrated_trainer`: L = mean(CE - beta H(p)) - calibrated teacher training (CTT) and cp-only, and
   :class:`CalibratedConfig`, the fine-tune config whose ``trainer_class`` returns it (here, beside the code it calls:
@@ -20,7 +20,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback
 
 from kinject.api import Head
-from kinject.plugins.training import FinetuneConfig
+from kinject.training import FinetuneConfig
 
 from .features import CACHED_KEYS, TEACHER, align, cls_and_logits, encoder_inputs
 from .losses import abd_loss, confidence_penalty_loss, kd_loss, task_loss

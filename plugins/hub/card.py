@@ -233,7 +233,7 @@ def results_section(metrics: dict) -> str:
 def learned_section(run_dir: Path) -> str:
     """A warning when the model learned nothing on test (kinject's evidence library's check: a constant predictor,
     or a score that does not beat the constant baseline of the gold labels)."""
-    from kinject.plugins.evidence import run_not_learned
+    from kinject.evidence import run_not_learned
 
     flag = run_not_learned(run_dir)
     if not flag:
@@ -311,7 +311,7 @@ def probe_section(probe: dict | None) -> str:
 def own_loader(info: dict) -> str | None:
     """The strategy whose evaluate stage loads the run's model its own way (``EvaluateConfig.load_model``
     overridden), None when ``from_pretrained`` loads it."""
-    from kinject.plugins.training import EvaluateConfig, evaluate_config_class
+    from kinject.training import EvaluateConfig, evaluate_config_class
 
     cls = evaluate_config_class(info)
     if cls is None or cls.load_model is EvaluateConfig.load_model:

@@ -110,7 +110,7 @@ def build_retraining_data(source: KnowledgeSource, env: Environment, tokenizer, 
     """(training KGData, held-out KGData or None) of the retrain stage: ``kg`` holds the kg_* settings; with
     ``kg_heldout`` the source is split (:func:`split_source`) before either part is built, and the negatives
     shared between the parts are dropped (the counts go into the held-out data's stats)."""
-    from kinject.plugins.knowledge import KGDataConfig, build_kg_data
+    from kinject.knowledge import KGDataConfig, build_kg_data
 
     def config(kinds: list[str], cap: int | None) -> KGDataConfig:
         return KGDataConfig(tasks=kinds, max_length=kg["kg_max_length"], max_triples=cap, negatives_seed=seed)
@@ -126,11 +126,11 @@ def build_retraining_data(source: KnowledgeSource, env: Environment, tokenizer, 
 
 def score_heldout(model, heldout, train, tasks: list[str], tokenizer, batch_size: int = 64, seed: int = 0) -> dict:
     """Accuracy of the trained relation / triplet heads of ``model`` (multitask.KGMultiTaskModel) on the held-out
-    KG data (kinject.plugins.knowledge.KGData), with the levels to beat: ``majority`` (always the most frequent class of the
+    KG data (kinject.knowledge.KGData), with the levels to beat: ``majority`` (always the most frequent class of the
     training rows) and ``chance`` (1 / classes). A held-out relation the training graph lacks counts as wrong."""
     import torch
 
-    from kinject.plugins.knowledge import KGCollator
+    from kinject.knowledge import KGCollator
 
     collate = KGCollator(tokenizer)
     device = next(model.parameters()).device

@@ -48,7 +48,7 @@ def mixed_precision(model: nn.Module, bf16: bool):
     """bfloat16 autocast on the model's device with the task head in float32 (``bf16``), else nothing."""
     import contextlib
 
-    from kinject.plugins.training import float32_head
+    from kinject.training import float32_head
 
     if not bf16:
         return contextlib.nullcontext()

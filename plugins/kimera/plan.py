@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 
 from kinject.api import DataError, SourceRef, SpecError, Stage
-from kinject.plugins.training import evaluate_stage, finetune_stage
+from kinject.training import evaluate_stage, finetune_stage
 
 from .config import KimeraConfig
 from .stages import (GivenMaskConfig, MaskConfig, PrunedConfig, RandomMaskConfig, ReportConfig, RetrainConfig,
@@ -35,7 +35,7 @@ class Resolved:
 def resolve(run, cfg: KimeraConfig) -> Resolved:
     """Check everything that can fail before any stage runs; return the KG source (the run's, else the embedded
     HPO sample, when the run retrains) and the given mask."""
-    from kinject.plugins.knowledge import triples_source
+    from kinject.knowledge import triples_source
 
     if len(run.sources) > 1:
         raise SpecError("sources: KIMERA retrains on one knowledge graph; merge the graphs into one "
@@ -136,7 +136,7 @@ def mask_stages(run, cfg: KimeraConfig, resolved: Resolved) -> tuple[list[Stage]
 
 def mask_search(run, cfg: KimeraConfig, resolved: Resolved, kind: str) -> list[Stage]:
     """``kimera-mask-<kind>`` (searched on the phase-1 model, or strategy.mask_file's) and, for a search, the
-    ``kimera-search-report`` of its rounds (the one that computes with kinject.plugins.evidence, so editing the
+    ``kimera-search-report`` of its rounds (the one that computes with kinject.evidence, so editing the
     statistics re-keys no mask and no training)."""
     mask = mask_stage(run, cfg, resolved, kind)
     if resolved.masks is not None:

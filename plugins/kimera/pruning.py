@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from kinject.api import StageContext
-from kinject.plugins.training import save_model
+from kinject.training import save_model
 
 from .gating import head_layout
 from .masks import load_mask

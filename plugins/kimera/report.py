@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from kinject.api import StageContext
-from kinject.plugins.training import load_task_model, load_tokenizer
+from kinject.training import load_task_model
+from kinject.api import load_tokenizer
 
 from .importance import normalize_importance, score_heads
 from .masks import load_mask

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from kinject.api import KinjectError, StageContext, TrainingSpec, is_main_process
-from kinject.plugins.training import (HookCallback, last_checkpoint, length_grouped_batches, quiet_progress, save_model,
+from kinject.training import (HookCallback, last_checkpoint, length_grouped_batches, quiet_progress, save_model,
                                       token_budget_batches, training_arguments)
 
 from .gating import HeadGates, head_layout
@@ -72,7 +72,7 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     stats["kg"] = data.stats
     consumed, rows_total = stats.pop("_consumed"), stats.pop("_rows_per_epoch")
     if is_main_process():
-        from kinject.plugins.knowledge import write_kg_dose
+        from kinject.knowledge import write_kg_dose
 
         save_model(encoder, tokenizer, ctx.out / "model")
         stats["dose"] = write_kg_dose(ctx.out, data, consumed, rows_total)
@@ -85,7 +85,7 @@ def initial_encoder(cfg: RetrainConfig) -> nn.Module:
         return cfg.model.load_encoder()
     from transformers import AutoConfig, AutoModel
 
-    from kinject.plugins.training import keep_layers
+    from kinject.api import keep_layers
 
     torch.manual_seed(cfg.seed)
     config = AutoConfig.from_pretrained(cfg.model.path, revision=cfg.model.revision)
@@ -119,7 +119,7 @@ class KGBatchDataset(torch.utils.data.ConcatDataset):
 
 def kg_batches(token_budget: int | None):
     """``batches_of(lengths, batch_size, seed)`` for the retraining: rows of similar length, ``batch_size`` rows per
-    batch, or as many rows as fit ``token_budget`` padded tokens (kinject.plugins.training.token_budget_batches)."""
+    batch, or as many rows as fit ``token_budget`` padded tokens (kinject.training.token_budget_batches)."""
     if not token_budget:
         return length_grouped_batches
     return lambda lengths, _batch_size, seed: token_budget_batches(lengths, token_budget, seed)
@@ -131,7 +131,7 @@ class MultiTaskBatchSampler:
     ``sampling="proportional"``: every batch of every task once per epoch, shuffled together (a task's share of
     the batches is its share of the rows). ``"uniform"``: the tasks take turns in a shuffled order each turn,
     for as many turns as the largest task has batches; a smaller task starts a new shuffled pass when it runs
-    out. ``batches_of(lengths, batch_size, seed)`` yields index lists for one task (kinject.plugins.training's
+    out. ``batches_of(lengths, batch_size, seed)`` yields index lists for one task (kinject.training's
     length_grouped_batches); a task whose alpha is 0 is left out.
 
     An epoch's plan depends only on the seed and the epoch, which the Trainer sets (:meth:`set_epoch`), so a run
@@ -140,7 +140,7 @@ class MultiTaskBatchSampler:
 
     def __init__(self, data: KGBatchDataset, batch_size: int, seed: int, alphas: dict[str, float], batches_of,
                  sampling: str = "proportional"):
-        from kinject.plugins.knowledge import lengths_of
+        from kinject.knowledge import lengths_of
 
         if sampling not in ("proportional", "uniform"):
             raise ValueError(f"task sampling {sampling!r} (expected proportional or uniform)")
@@ -214,10 +214,10 @@ class MultiTaskBatchSampler:
 
 
 class TaskCollator:
-    """kinject.plugins.knowledge.KGCollator (dynamic padding) plus the batch's task id."""
+    """kinject.knowledge.KGCollator (dynamic padding) plus the batch's task id."""
 
     def __init__(self, tokenizer):
-        from kinject.plugins.knowledge import KGCollator
+        from kinject.knowledge import KGCollator
 
         self.inner = KGCollator(tokenizer)
 

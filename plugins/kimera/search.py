@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from kinject.api import KinjectError, StageContext
-from kinject.plugins.training import plain
-from kinject.plugins.training import load_task_model, load_tokenizer
+from kinject.training import plain
+from kinject.training import load_task_model
+from kinject.api import load_tokenizer
 
 from .importance import search_mask
 from .masks import save_masks

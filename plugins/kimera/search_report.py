@@ -1,5 +1,5 @@
 """The search report stage (kimera-search-report): each mask-search round's metric minus the unmasked round's, with
-a paired bootstrap interval over the scoring set's evaluation units (kinject.plugins.evidence), from the per-example
+a paired bootstrap interval over the scoring set's evaluation units (kinject.evidence), from the per-example
 predictions the search stage stored. Kept out of the search stage, so editing the statistics re-keys no mask and
 no training."""
 
@@ -36,8 +36,8 @@ def round_intervals(task, labels, metric: str, rounds: list[list[dict]], resampl
     """Per round (None for round 0), its ``metric`` minus round 0's with the paired bootstrap interval over the
     evaluation units (queries for retrieval, examples otherwise), from each round's prediction records. A metric
     that cannot be recomputed from them gives [] (one warning)."""
-    from kinject.plugins.evidence import pair
-    from kinject.plugins.evidence import define, task_metric_refs
+    from kinject.evidence import pair
+    from kinject.evidence import define, task_metric_refs
 
     intervals: list[dict | None] = [None]
     try:

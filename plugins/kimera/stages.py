@@ -32,7 +32,7 @@ class ScoringConfig(StageConfig):
 
     def flops(self, run, rounds: int) -> float:
         """``rounds`` of importance (forward + backward on the first importance_examples) and metric passes."""
-        from kinject.plugins.training import scored_flops
+        from kinject.training import scored_flops
 
         every = scored_flops(run, self.task, self.split, self.max_length, self.examples)
         first = scored_flops(run, self.task, self.split, self.max_length, self.importance_examples or self.examples)
@@ -100,7 +100,7 @@ class RetrainConfig(StageConfig):
     save_steps: int = Field(500, json_schema_extra=NOT_KEYED)  # checkpoint interval (what --resume restarts from)
 
     def cost(self, run) -> float:
-        from kinject.plugins.training import trained_flops
+        from kinject.training import trained_flops
 
         steps = self.kg["kg_steps"]
         if self.kg.get("kg_epochs"):  # epochs of the graph's rows: at most kg_max_triples of them

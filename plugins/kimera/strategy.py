@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kinject.api import Stage, Strategy
-from kinject.plugins.training import evaluate_stage, finetune_stage
+from kinject.training import evaluate_stage, finetune_stage
 
 from .config import VARIANTS, KimeraConfig
 from .plan import (EVALUATE, PHASE1, PRUNED_EVALUATE, Resolved, mask_stages, pruned_stages, resolve,
@@ -55,7 +55,7 @@ class KimeraStrategy(Strategy):
         return resolve(run, self.config)
 
     def stages(self, run) -> list[Stage]:
-        from kinject.plugins.evidence import compare_stage
+        from kinject.evidence import compare_stage
 
         cfg, resolved = self.config, run.resolved
         if cfg.variant == "finetune":

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kinject.api import StageContext
-from kinject.plugins.training import plain
+from kinject.training import plain
 from kinject.tasks import masked_mean
 
 from .part_adapters import adapter_encoder, adapter_name, base_digest, saved_adapter_digest
@@ -240,8 +240,8 @@ def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     from safetensors.torch import load_file, save_file
     from transformers import set_seed
 
-    from kinject.plugins.training import train
-    from kinject.plugins.knowledge import KGCollator
+    from kinject.training import train
+    from kinject.knowledge import KGCollator
 
     folder = ctx.inputs[cfg.partition_stage]
     data = kg_data(cfg.kg, cfg.model, ctx)
@@ -313,8 +313,8 @@ def _write_dose(ctx: StageContext, cfg: PartAdapterConfig, data, train_rows: np.
                 stats: dict) -> None:
     """The adapter's knowledge dose: the part's training triples its steps consumed (the training library's
     length-grouped order, reconstructed), against the part's training triples."""
-    from kinject.plugins.knowledge import triple_keys, write_kg_dose
-    from kinject.plugins.training import consumed_rows
+    from kinject.knowledge import triple_keys, write_kg_dose
+    from kinject.training import consumed_rows
 
     triple_of = np.concatenate([train_rows] * (2 if cfg.bidirectional else 1)).astype(np.int64)
     steps = int(stats.get("global_step", 0)) if stats else 0

@@ -29,7 +29,7 @@ from adapters.methods.modeling import BertFusion
 from torch import nn
 
 from kinject.api import Head, StageContext
-from kinject.plugins.training import EvaluateConfig, FinetuneConfig
+from kinject.training import EvaluateConfig, FinetuneConfig
 
 from .part_adapters import check_loaded_adapter, quiet_activation, saved_adapter_name
 
@@ -217,7 +217,7 @@ def save_fused_model(model, tokenizer, directory: Path, setup: Fuse | str, mixtu
     """``save_pretrained`` (adapters writes its adapter and fusion configs into config.json) plus what MoP needs
     to rebuild the mixture: ``config.mop`` (read by :func:`load_fused_model`, which :class:`FusedEvaluateConfig`
     calls). ``setup``: the fusion, or the name of a single adapter used alone."""
-    from kinject.plugins.training import save_model
+    from kinject.training import save_model
 
     model.config.mop = {"adapters": list(setup.children) if isinstance(setup, Fuse) else [setup], **mixture}
     save_model(model, tokenizer, directory)
@@ -251,7 +251,7 @@ def load_fused_model(directory: Path, head_kind: str | None = None, attn_impleme
             for key, layer in extra.items():
                 layer.w_noise.data.copy_(weights.get_tensor(key))
     if getattr(config, "kinject_pooling", "cls") == "mean" and not token:
-        from kinject.plugins.training import MeanPooler
+        from kinject.training import MeanPooler
 
         MeanPooler.install(model)
     with quiet_activation():

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from kinject.api import ModelRef, StageContext, is_main_process
-from kinject.plugins.training import plain
+from kinject.training import plain
 
 from .stages import KGSettings, PartitionConfig
 
@@ -22,7 +22,7 @@ PART_DROPPED = -1  # triple_part value of a cross-part triple that no part keeps
 
 def kg_data(kg: KGSettings, model: ModelRef, ctx: StageContext):
     """The KG's "tail" rows built with the model's tokenizer (one cache entry: the same entity ids everywhere)."""
-    from kinject.plugins.knowledge import KGDataConfig, build_kg_data
+    from kinject.knowledge import KGDataConfig, build_kg_data
 
     return build_kg_data(kg.source.build(), kg.source.environment(ctx), model.load_tokenizer(),
                          KGDataConfig(tasks=["tail"], max_length=kg.max_length, max_triples=kg.max_triples))
@@ -44,7 +44,7 @@ def assign_triples(parts: np.ndarray, head: np.ndarray, tail: np.ndarray, cross_
 def partition_body(cfg: PartitionConfig, ctx: StageContext) -> None:
     from safetensors.torch import save_file
 
-    from kinject.plugins.knowledge import EntityGraph, metis_parts, partition_report, shuffle_parts
+    from kinject.knowledge import EntityGraph, metis_parts, partition_report, shuffle_parts
 
     if not is_main_process():  # one process partitions; the others wait for it at the stage barrier
         return

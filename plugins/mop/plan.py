@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from kinject.api import SourceRef, SpecError, Stage, TrainingSpec
-from kinject.plugins.training import evaluate_stage, finetune_stage
+from kinject.training import evaluate_stage, finetune_stage
 
 from .config import MopConfig
 from .entity_prediction import adapter_body
@@ -32,7 +32,7 @@ class Resolved:
 def resolve(run, cfg: MopConfig) -> Resolved:
     """Everything that can fail, before any stage: the KG (the run's source, else the embedded HPO graph sampled to
     ``kg_max_triples``), checked to have triples and at least ``partitions`` entities, and the adapters config."""
-    from kinject.plugins.knowledge import triples_source
+    from kinject.knowledge import triples_source
 
     if len(run.sources) > 1:
         raise SpecError(f"sources: MoP partitions one knowledge graph; merge the graphs into one `triples` "
@@ -56,7 +56,7 @@ _COUNTS: dict[tuple, tuple[int, int]] = {}
 def count_graph(ref: SourceRef, env, cap: int | None) -> tuple[int, int]:
     """(entities, triples) of a source reference's KG under ``cap`` - what the partition stage will see. Streamed
     (only the entity vocabulary is held); remembered per source fingerprint for the process (``--repeats``)."""
-    from kinject.plugins.knowledge import Vocab, intern_triples
+    from kinject.knowledge import Vocab, intern_triples
 
     key = (ref.name, ref.fingerprint, cap)
     if key not in _COUNTS:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from kinject.api import Environment, StageContext, Task, is_main_process
-from kinject.plugins.training import load_tokenizer
+from kinject.api import load_tokenizer
 
 from .stages import ReportConfig
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kinject.api import Stage, Strategy
-from kinject.plugins.training import evaluate_stage, finetune_stage
+from kinject.training import evaluate_stage, finetune_stage
 
 from .config import MopConfig
 from .plan import EVALUATE, Resolved, fusion_stages, knowledge_stages, report_stage, resolve, variant_label
@@ -44,7 +44,7 @@ class MopStrategy(Strategy):
         return resolve(run, self.config)
 
     def stages(self, run) -> list[Stage]:
-        from kinject.plugins.evidence import compare_stage
+        from kinject.evidence import compare_stage
 
         cfg = self.config
         stages = [finetune_stage(run), evaluate_stage(run, "finetune", export=False)] if cfg.baseline else []

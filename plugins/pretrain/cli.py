@@ -36,7 +36,7 @@ def _read_terms(path: Path) -> list[tuple[str, str]]:
 def _load(name: str):
     """A tokenizer by model name (minilm, tiny, hub id), model directory or tokenizer folder."""
     from kinject.api import default_cache_dir, resolve_model
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     path = Path(name).expanduser()
     return load_tokenizer(str(path) if path.is_dir() else resolve_model(name, default_cache_dir()))
@@ -45,7 +45,7 @@ def _load(name: str):
 def _corpus_texts(path: Path):
     """Texts of a .txt (a line each) or .jsonl (``text`` field) file, read as the corpus source reads them."""
     from kinject.api import Environment, default_cache_dir, default_data_dir
-    from kinject.plugins.knowledge import CorpusSource
+    from kinject.knowledge import CorpusSource
 
     source = CorpusSource(paths=[str(path)], min_chars=0, dedupe=False)
     return source.iter_texts(Environment(data_dir=default_data_dir(), cache_dir=default_cache_dir()))

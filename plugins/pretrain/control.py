@@ -99,7 +99,7 @@ def control_body(cfg: ControlTextsConfig, ctx: StageContext) -> None:
     import platform
 
     from kinject.api import DataError
-    from kinject.plugins.knowledge import read_texts
+    from kinject.knowledge import read_texts
 
     if not is_main_process():
         return

@@ -16,8 +16,8 @@ def corpus_body(cfg: CorpusStageConfig, ctx: StageContext) -> None:
     from datasets.arrow_writer import ArrowWriter
 
     from kinject.api import DataError
-    from kinject.plugins.knowledge import read_texts
-    from kinject.plugins.knowledge import HeldOutText
+    from kinject.knowledge import read_texts
+    from kinject.knowledge import HeldOutText
 
     if not is_main_process():
         return

@@ -93,7 +93,7 @@ def score_windows(model, windows: list[tuple[list[int], list[int], list[int]]], 
     sum over its tokens) loss and perplexity."""
     import torch
 
-    from kinject.plugins.knowledge import sparse_prediction
+    from kinject.knowledge import sparse_prediction
 
     model.eval()
     token_nll: list[float] = []
@@ -127,9 +127,9 @@ def score_windows(model, windows: list[tuple[list[int], list[int], list[int]]], 
 
 
 def perplexity_body(cfg: PerplexityConfig, ctx: StageContext) -> None:
-    from kinject.plugins.training import keep_layers, load_tokenizer
-    from kinject.plugins.knowledge import load_mlm
-    from kinject.plugins.knowledge import read_texts
+    from kinject.api import keep_layers, load_tokenizer
+    from kinject.knowledge import load_mlm
+    from kinject.knowledge import read_texts
 
     if not is_main_process():
         return

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from kinject.api import SourceRef, SpecError, Stage, TaskRef
-from kinject.plugins.knowledge import MaskingConfig, mlm_model_ref, mlm_stage, pack_stage
+from kinject.knowledge import MaskingConfig, mlm_model_ref, mlm_stage, pack_stage
 
 from .config import PretrainConfig
 from .control import CONTROL_TEXTS, control_body
@@ -39,7 +39,7 @@ def resolve(run, cfg: PretrainConfig) -> Resolved:
     """Everything that can fail, before any stage: the corpus source (and the task to hold out of it), the
     vocabulary size, a fast tokenizer, the lengths against the positions, whether the base model needs an MLM head
     fit."""
-    from kinject.plugins.knowledge import missing_mlm_head
+    from kinject.knowledge import missing_mlm_head
 
     if len(run.sources) > 1:
         raise SpecError(f"sources: pretrain reads one corpus source; put every path and task into one "
@@ -80,7 +80,7 @@ def default_corpus(run):
     import logging
 
     from kinject.api import DataError
-    from kinject.plugins.knowledge import CorpusSource
+    from kinject.knowledge import CorpusSource
 
     source = CorpusSource(tasks=["all"])
     try:
@@ -108,7 +108,7 @@ def excluded_tasks(run, source: SourceRef) -> tuple[TaskRef, ...]:
     """The run's task, read in full whatever --limit says, unless the corpus source already holds out every test
     text of it (then the corpus, and all pretraining after it, is shared by runs on other tasks)."""
     from kinject.api import registry
-    from kinject.plugins.knowledge import HeldOutText
+    from kinject.knowledge import HeldOutText
 
     if run.task is None:
         return ()
@@ -139,7 +139,7 @@ def base_config(run):
 
 def positions(cfg: PretrainConfig, run) -> int:
     """The longest sequence the pretrained model will take (scratch.positions, else the base model's)."""
-    from kinject.plugins.training import usable_positions
+    from kinject.api import usable_positions
 
     shape = cfg.scratch
     return shape.positions if cfg.init == "scratch" and shape.positions else usable_positions(base_config(run))
@@ -247,8 +247,8 @@ def run_label(cfg: PretrainConfig) -> str:
 def task_stages(cfg: PretrainConfig, run) -> list[Stage]:
     """Fine-tune the base model (the finetune strategy's stages and keys) and the pretrained one, compare them
     paired, and report; the task models stay in the cache (the run's model/ is the pretrained encoder)."""
-    from kinject.plugins.training import evaluate_stage, finetune_stage
-    from kinject.plugins.evidence import compare_stage
+    from kinject.training import evaluate_stage, finetune_stage
+    from kinject.evidence import compare_stage
 
     return [dataclasses.replace(finetune_stage(run), produces_model=False),
             evaluate_stage(run, "finetune", export=False),

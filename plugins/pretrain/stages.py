@@ -1,5 +1,5 @@
 """The pretrain strategy's own stage configs (what each key holds). Packing and MLM training are the knowledge
-library's public stages (:mod:`kinject.plugins.knowledge`: ``pack_stage``, ``mlm_stage``); the bodies are in :mod:`.corpus`, :mod:`.vocab`,
+library's public stages (:mod:`kinject.knowledge`: ``pack_stage``, ``mlm_stage``); the bodies are in :mod:`.corpus`, :mod:`.vocab`,
 :mod:`.control`, :mod:`.perplexity` and :mod:`.report`."""
 
 from __future__ import annotations

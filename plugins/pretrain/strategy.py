@@ -8,7 +8,7 @@ general/shuffled) -> ``pretrain-pack`` (the base vocabulary) / ``pretrain-pack-v
 -> ``pretrain-mlm`` -> ``pretrain-evaluate`` (held-out perplexity vs the base model); with a task:
 ``finetune`` + ``evaluate`` (the baseline, shared with the finetune strategy's cache), ``pretrain-finetune`` +
 ``pretrain-task-evaluate``, ``pretrain-compare``, ``pretrain-report``. Packing and MLM training are the knowledge
-library's public stages (:mod:`kinject.plugins.knowledge`: ``pack_stage``, ``mlm_stage``); builders in :mod:`.plan`, configs in
+library's public stages (:mod:`kinject.knowledge`: ``pack_stage``, ``mlm_stage``); builders in :mod:`.plan`, configs in
 :mod:`.stages`. The run's ``model/`` is the pretrained masked-LM (a task model stays in the stage cache).
 """
 

@@ -38,7 +38,7 @@ def train_wordpiece(texts: Iterable[str], size: int, min_frequency: int, alphabe
 def vocab_body(cfg: VocabConfig, ctx: StageContext) -> None:
     from datasets import Dataset
 
-    from kinject.plugins.knowledge import read_texts
+    from kinject.knowledge import read_texts
 
     if not is_main_process():
         return

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kinject.api import PluginConfig
-from kinject.plugins.training import TrainingOverrides
+from kinject.training import TrainingOverrides
 
 
 class IntermediateSpec(BaseModel):

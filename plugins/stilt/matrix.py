@@ -27,7 +27,7 @@ from typing import Any, Callable
 import yaml
 
 from kinject.api import SpecError, atomic_file, atomic_write_text
-from kinject.plugins.training import plural
+from kinject.evidence import plural
 
 log = logging.getLogger("kinject")
 BASELINE = "baseline"
@@ -112,7 +112,7 @@ def plan_cells(targets: list[TaskDef], intermediates: list[TaskDef], seeds: int)
 def cell_spec(cell: Cell, base: dict[str, Any], sets: list[str]):
     """The run spec of one cell: base fields, the target task, finetune or stilt, --set overrides, seed."""
     from kinject.api import build_spec
-    from kinject.plugins.training import apply_overrides
+    from kinject.api import apply_overrides
 
     data = copy.deepcopy(base)
     data["task"] = cell.target.ref()
@@ -245,7 +245,7 @@ def summarize(records: list[dict], targets: list[TaskDef], intermediates: list[T
               scored: dict[str, tuple[str, str]], seeds: int, base: dict[str, Any]) -> dict[str, Any]:
     """mean, std (ddof 1; 0.0 for one seed), n per cell (the training library's summarize_seeds); delta = cell
     mean - the target's baseline mean."""
-    from kinject.plugins.training import summarize_seeds
+    from kinject.evidence import summarize_seeds
 
     per_cell: dict[tuple[str, str], dict[int, dict]] = {}
     for record in records:

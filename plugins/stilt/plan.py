@@ -7,8 +7,8 @@ import dataclasses
 
 from kinject.api import (DataError, DataMissingError, PluginRef, SpecError, Stage, Task, TaskGroup, TrainingSpec,
                          UnknownNameError, registry, validate_plugin_config)
-from kinject.plugins.knowledge import filtered_task_ref, record, task_input
-from kinject.plugins.training import TrainingOverrides, evaluate_stage, finetune_body, finetune_stage
+from kinject.knowledge import filtered_task_ref, record, task_input
+from kinject.training import TrainingOverrides, evaluate_stage, finetune_body, finetune_stage
 
 from .config import IntermediateSpec, StiltConfig
 from .pooler import IntermediateConfig

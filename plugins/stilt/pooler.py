@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from kinject.api import StageContext
-from kinject.plugins.training import FinetuneConfig
+from kinject.training import FinetuneConfig
 
 log = logging.getLogger("kinject")
 

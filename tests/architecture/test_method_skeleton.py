@@ -158,7 +158,7 @@ def test_the_template_reaches_kinject_only_through_the_api_and_the_front_doors()
 @pytest.mark.parametrize("name", sorted(EVERY))
 def test_quick_stages_follow_the_naming_rule(name, tmp_path, tiny_model, template_on_path):
     from kinject.api import build_spec, prepare
-    from kinject.plugins.training import EvaluateConfig, FinetuneConfig, evaluate_body, finetune_body
+    from kinject.training import EvaluateConfig, FinetuneConfig, evaluate_body, finetune_body
 
     spec = build_spec({"strategy": {"name": name}, "task": {"name": "hpo-isa"}, "model": {"name": "tiny"},
                        "protocol": "quick", "data_dir": str(tmp_path / "empty")})

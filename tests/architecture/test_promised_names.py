@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FRONT_DOORS = ("kinject.api", "kinject.tasks", "kinject.plugins.training", "kinject.plugins.knowledge",
-               "kinject.plugins.evidence")
+FRONT_DOORS = ("kinject.api", "kinject.tasks", "kinject.training", "kinject.knowledge",
+               "kinject.evidence")
 
 
 def listed() -> dict[str, set[str]]:
@@ -42,9 +42,9 @@ def test_every_exported_name_is_listed_and_every_listed_name_exists(door):
 def test_a_name_from_a_front_door_is_its_defining_modules_object():
     import kinject.api as api
     from kinject.interfaces import Stage
-    from kinject.plugins.knowledge.kg.data import build_kg_data
+    from kinject.knowledge.kg.data import build_kg_data
 
-    import kinject.plugins.knowledge as knowledge
+    import kinject.knowledge as knowledge
 
     assert api.Stage is Stage and knowledge.build_kg_data is build_kg_data
     with pytest.raises(AttributeError):

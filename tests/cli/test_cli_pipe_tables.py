@@ -10,8 +10,8 @@ import sys
 
 from rich.console import Console
 
-from kinject.plugins.cli.describe import plugin_info
-from kinject.plugins.cli.listing import pipe_console
+from kinject.cli.describe import plugin_info
+from kinject.cli.listing import pipe_console
 from kinject.registry import GROUPS, registry
 
 
@@ -26,7 +26,7 @@ def _piped(*args: str) -> list[str]:
 def _fresh_infos() -> dict[str, list[list[str]]]:
     """kind -> [name, description] as a fresh process sees the installed plugins (this test process may hold
     other tests' fake distributions)."""
-    code = ("import json; from kinject.registry import GROUPS; from kinject.plugins.cli.describe import plugin_infos; "
+    code = ("import json; from kinject.registry import GROUPS; from kinject.cli.describe import plugin_infos; "
             "print(json.dumps({k: [[i.name, i.description] for i in plugin_infos(k)] for k in GROUPS}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr

@@ -1,4 +1,4 @@
-"""What `kinject list` / `info` / `doctor` say of a plugin without importing it (kinject.plugins.cli.describe): its
+"""What `kinject list` / `info` / `doctor` say of a plugin without importing it (kinject.cli.describe): its
 description from the source text, broken plugins reported without breaking the others, no plugin or torch import."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kinject.plugins.cli.describe import plugin_infos, static_inspect
+from kinject.cli.describe import plugin_infos, static_inspect
 
 
 def test_listing_reports_broken_plugins_without_breaking_others(broken_dist):
@@ -24,7 +24,7 @@ def test_listing_reports_broken_plugins_without_breaking_others(broken_dist):
 
 def test_an_unparsable_plugin_is_listed_broken_and_others_still_run(tmp_path, monkeypatch):
     from helpers import installed
-    from kinject.plugins.cli.describe import plugin_info
+    from kinject.cli.describe import plugin_info
 
     with installed(monkeypatch, tmp_path / "site", "kinject-unparsable", """
             [kinject.strategies]
@@ -36,10 +36,10 @@ def test_an_unparsable_plugin_is_listed_broken_and_others_still_run(tmp_path, mo
 
 
 def test_list_imports_no_plugin_and_no_torch():
-    code = ("import sys\nfrom kinject.plugins.cli.app import main\n"
+    code = ("import sys\nfrom kinject.cli.app import main\n"
             "try:\n    main(['list'])\nexcept SystemExit:\n    pass\n"
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('kinject.tasks.', 'kinject.plugins.',"
-            " 'transformers')) and not m.startswith('kinject.plugins.cli.')"  # the list command itself
+            " 'transformers')) and not m.startswith('kinject.cli.')"  # the list command itself
             " and not hasattr(sys.modules[m], '__path__')]\nprint('IMPORTED', bad)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "finetune" in out.stdout
@@ -48,7 +48,7 @@ def test_list_imports_no_plugin_and_no_torch():
 
 def test_list_health_check_in_cli(broken_dist, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")
-    from kinject.plugins.cli.app import main
+    from kinject.cli.app import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["list", "strategies", "--check"])

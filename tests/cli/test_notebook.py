@@ -1,4 +1,4 @@
-"""From Python: `kinject.run(...)` is `kinject run` in one call; `kinject.plugins.evidence.comparison` is `kinject compare`;
+"""From Python: `kinject.run(...)` is `kinject run` in one call; `kinject.evidence.comparison` is `kinject compare`;
 every name the docs import exists."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def test_run_from_python_returns_the_metrics_by_split_and_a_table(tmp_path, text
     again = kinject.run("finetune", task="textcls", model="tiny", output=tmp_path / "nb2", repeats=2,
                         overrides={"task.path": textcls_dir, "training.max_steps": 4, "hooks": {"knowledge-probe": {"enabled": False}}})
     assert again["test"]["accuracy"]["n"] == 2 and set(again.frame()["seeds"]) == {2}
-    from kinject.plugins.evidence import compare
+    from kinject.evidence import compare
 
     found = compare(result, again)  # a run result or a folder
     assert found["metrics"][0]["rows"][1]["run"] == "nb2"

@@ -21,56 +21,92 @@ def every_stage(tmp_path, textcls_dir, tiny_model):
 
 
 def test_training_keys_cover_the_code_that_computes_and_no_tool(every_stage):
-    closure = set(every_stage["finetune/finetune"].record["code"])
-    kernel = {m for m in closure if not m.startswith("kinject.tasks")}
-    # the shared fine-tune body and what it computes with (the training library: the stage, task models, the
-    # Trainer loop, dev selection, peft, model loading; the kernel's pooling and data readers) ...
-    assert kernel == {"kinject.plugins.training.stages", "kinject.plugins.training.task_models",
-                      "kinject.plugins.training.loop", "kinject.plugins.training.batching",
-                      "kinject.plugins.training.prediction", "kinject.plugins.training.selection",
-                      "kinject.plugins.training.peft_tuning", "kinject.plugins.training.models",
-                      "kinject.plugins.training.records", "kinject.models", "kinject.io"}
-    # ... and the task's own modules with its evaluators', nothing else
-    assert closure - kernel == {"kinject.tasks.textcls", "kinject.tasks.sequence", "kinject.tasks.biencoder",
-                                "kinject.tasks.evaluators", "kinject.tasks.evaluators.classification",
-                                "kinject.tasks.readers", "kinject.tasks.pooling"}
-    for name, planned in every_stage.items():
+    planned = every_stage["finetune/finetune"]
+    names, modules = set(planned.record["code"]), planned.code_modules
+    # the definitions the fine-tune body runs, by name: the body, its config, the loop, the task model, the task
+    assert {"finetune_body", "FinetuneConfig", "train", "build_task_model", "TextClassificationTask",
+            "Accuracy"} <= names
+    # found in the libraries it computes with, never in the kernel (kinject.<module>: the contract) or a tool
+    assert {"kinject.training.stages", "kinject.training.loop", "kinject.training.task_models",
+            "kinject.tasks.textcls"} <= set(modules)
+    assert all(m.split(".")[1] in ("training", "tasks", "models") for m in modules), sorted(modules)
+    assert "kinject.training.cost" not in modules  # the library declares it unkeyed (--dry-run's FLOPs)
+    for name, stage in every_stage.items():
         if name.endswith(NOT_TRAINING):
             continue
-        tools = [m for m in planned.record["code"] if any(t in m for t in TOOLS)]
+        tools = [m for m in stage.code_modules if any(t in m for t in TOOLS)]
         assert not tools, f"{name} is keyed by {tools}"
 
 
-def _edited(monkeypatch, tmp_path: Path, module: str) -> None:
-    """Make the fingerprint see ``module``'s source with one more line (the file itself is left alone)."""
+def _edited(monkeypatch, tmp_path: Path, edits: dict[str, str]) -> None:
+    """Make the fingerprint see each module of ``edits`` with that text instead (the files themselves are left
+    alone)."""
     import kinject.fingerprint as fingerprint
 
     real = fingerprint._origin
-    copy = tmp_path / "edited" / f"{module}.py"
-    copy.parent.mkdir(exist_ok=True)
-    shutil.copy(real(module), copy)
-    with open(copy, "a") as handle:
-        handle.write("\n# an edit\n")
-    monkeypatch.setattr(fingerprint, "_origin", lambda name: str(copy) if name == module else real(name))
+    copies = {}
+    for module, text in edits.items():
+        copy = tmp_path / "edited" / f"{module}.py"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text)
+        copies[module] = str(copy)
+    monkeypatch.setattr(fingerprint, "_origin", lambda name: copies.get(name) or real(name))
 
 
-@pytest.mark.parametrize("module", ["kinject.plugins.evidence.stats", "kinject.plugins.evidence.report",
-                                    "kinject.plugins.kimera.report", "kinject.plugins.mop.report"])
+def _source(module: str) -> str:
+    import kinject.fingerprint as fingerprint
+
+    return Path(fingerprint._origin(module)).read_text()
+
+
+def _redefined(module: str, name: str) -> dict[str, str]:
+    """``module`` with its definition ``name`` changed (a line bound to the same name appended)."""
+    return {module: _source(module) + f"\n{name} = {name}  # an edit\n"}
+
+
+@pytest.mark.parametrize("module, name", [("kinject.evidence.stats", "seed_tests"),
+                                          ("kinject.evidence.report", "build_report"),
+                                          ("kinject.plugins.kimera.report", "report_body"),
+                                          ("kinject.plugins.mop.report", "report_body")])
 def test_editing_statistics_or_a_plot_leaves_every_training_key(tmp_path, textcls_dir, tiny_model, monkeypatch,
-                                                                 every_stage, module):
-    _edited(monkeypatch, tmp_path, module)
+                                                                 every_stage, module, name):
+    _edited(monkeypatch, tmp_path, _redefined(module, name))
     after = plans(tmp_path, textcls_dir)
-    changed = [name for name, planned in every_stage.items()
-               if not name.endswith(NOT_TRAINING) and after[name].key != planned.key]
+    changed = [stage for stage, planned in every_stage.items()
+               if not stage.endswith(NOT_TRAINING) and after[stage].key != planned.key]
     assert changed == []
 
 
-def test_editing_the_training_body_changes_the_fine_tune_keys(tmp_path, textcls_dir, tiny_model, monkeypatch,
-                                                              every_stage):
-    _edited(monkeypatch, tmp_path, "kinject.plugins.training.loop")
+def test_editing_the_training_loop_changes_the_keys_of_the_stages_that_train(tmp_path, textcls_dir, tiny_model,
+                                                                             monkeypatch, every_stage):
+    loop = _source("kinject.training.loop")
+    _edited(monkeypatch, tmp_path, _redefined("kinject.training.loop", "train"))
     after = plans(tmp_path, textcls_dir)
     for name in ("finetune/finetune", "stilt/stilt-finetune", "mop/mop-finetune", "kimera/kimera-retrain"):
         assert after[name].key != every_stage[name].key, name
+    assert after["finetune/evaluate"].key != every_stage["finetune/evaluate"].key  # its input's key changed
+    # a comment, or code no stage names, re-runs nothing
+    _edited(monkeypatch, tmp_path / "again", {"kinject.training.loop": loop + "\n# a note\ndef unused():\n    pass\n"})
+    assert {n: p.key for n, p in plans(tmp_path, textcls_dir).items()} == {n: p.key for n, p in every_stage.items()}
+
+
+def test_moving_a_definition_to_another_file_keeps_every_key(tmp_path, textcls_dir, tiny_model, monkeypatch,
+                                                             every_stage):
+    """`plain` (kinject.training.records) moved into kinject.training.stages, its front door pointing there: the
+    compare stages that use it keep their keys; so does everything else."""
+    records, stages = _source("kinject.training.records"), _source("kinject.training.stages")
+    start = records.index("def plain(")
+    moved = records[start:]
+    door = _source("kinject.training").replace('    ".records": ("plain",),\n', "").replace(
+        '".stages": ("EvaluateConfig",', '".stages": ("plain", "EvaluateConfig",')
+    assert '"plain"' in door and '".records"' not in door
+    _edited(monkeypatch, tmp_path, {"kinject.training.records": records[:start],
+                                    "kinject.training.stages": stages + "\n\n" + moved,
+                                    "kinject.training": door})
+    after = plans(tmp_path, textcls_dir)
+    assert "kinject.training.stages" in after["kimera/kimera-compare"].code_modules
+    assert "plain" in after["kimera/kimera-compare"].code_modules["kinject.training.stages"]
+    assert {n: p.key for n, p in after.items()} == {n: p.key for n, p in every_stage.items()}
 
 
 # -- registry ------------------------------------------------------------------------------------------------ #

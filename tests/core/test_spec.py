@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kinject.errors import SpecError
-from kinject.spec_input import build_spec
+from kinject.spec_reading import build_spec
 
 
 def test_unknown_field_names_path_and_allowed_fields():

@@ -31,7 +31,7 @@ def spec(tmp_path, textcls_dir, teacher=None, training=None, task=None, **strate
 
 def prepared(data: dict):
     from kinject.preparation import prepare
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     return prepare(build_spec(data))
 
@@ -66,7 +66,7 @@ def test_teacher_and_cp_only_student_are_built_with_the_runs_model_settings(tmp_
 
 def test_calibrated_stages_run_the_shared_fine_tune_body_and_training_keys_hold_no_report_code(tmp_path, textcls_dir,
                                                                                                 word_teacher):
-    from kinject.plugins.training import FinetuneConfig, finetune_body
+    from kinject.training import FinetuneConfig, finetune_body
     from kinject.keys import plan
 
     for variant, finetuned, others in (("cp-only", ("doktra-teacher", "doktra-cp"), ()),
@@ -77,7 +77,7 @@ def test_calibrated_stages_run_the_shared_fine_tune_body_and_training_keys_hold_
         stages = {s.name: s for s in run.stages}
         for name in finetuned:
             assert stages[name].body is finetune_body and isinstance(stages[name].config, FinetuneConfig)
-        code = {p.stage.name: set(p.record["code"]) for p in plan(run)}
+        code = {p.stage.name: set(p.code_modules) for p in plan(run)}
         for name in (*finetuned, *others, "finetune"):  # no report, plot, evidence or CLI code in a training key
             assert not {m for m in code[name] if m.endswith(".report") or ".evidence" in m or ".cli" in m}, name
         assert "kinject.plugins.doktra.report" in code["doktra-report"]
@@ -158,7 +158,7 @@ def test_a_given_fine_tuned_teacher_is_used_as_it_is_with_its_rows_in_task_order
 
 def test_model_source_resolves_a_run_directory_to_its_model(tmp_path, tiny_model, cache_dir):
     from kinject.interfaces import Environment
-    from kinject.plugins.knowledge.sources.model import ModelSource
+    from kinject.knowledge.sources.model import ModelSource
 
     run = tmp_path / "run"
     (run / "model").mkdir(parents=True)

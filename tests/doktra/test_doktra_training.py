@@ -19,7 +19,8 @@ SINGLE = "single_label_classification"
 def setup(tmp_path_factory, tiny_model):
     """textcls task, its train features for the tiny student, and a word-level teacher (hidden 48)."""
     from conftest import write_textcls
-    from kinject.plugins.training import build_task_model, load_tokenizer
+    from kinject.training import build_task_model
+    from kinject.api import load_tokenizer
     from kinject.tasks.textcls import TextClassificationTask
 
     root = tmp_path_factory.mktemp("doktra-training")
@@ -74,7 +75,7 @@ def distil(setup, work, gamma, objective="abd", live=False, projection_kind="ran
     """Train a fresh tiny student with the distillation trainer; returns (model, record)."""
     from kinject.plugins.doktra.features import PairedCollator, make_projection, model_outputs, pair_features
     from kinject.plugins.doktra.trainers import DistillRecord, DistillSettings, distill_trainer
-    from kinject.plugins.training import build_task_model, train
+    from kinject.training import build_task_model, train
 
     model = build_task_model(setup["tiny"], setup["head"], seed=0)
     if live:
@@ -106,7 +107,7 @@ def test_the_switch_to_refinement_happens_at_gamma_of_the_steps(setup, tmp_path,
 
 
 def test_activation_boundary_phase_trains_the_encoder_not_the_head(setup, tmp_path):
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
 
     before = build_task_model(setup["tiny"], setup["head"], seed=0).state_dict()
     model, record = distil(setup, tmp_path, 1.0, epochs=2)

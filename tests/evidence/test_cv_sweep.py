@@ -28,7 +28,7 @@ def space(tmp_path):
 
 
 def test_fold_spec_scores_only_the_fold_and_trains_the_whole_budget():
-    from kinject.plugins.evidence.sweep import fold_spec
+    from kinject.experiments.sweep import fold_spec
 
     base = {"task": {"name": "textcls"}, "training": {"selection": "best", "patience": 2, "eval_splits": ["test"]}}
     data = fold_spec(base, 1, 4)
@@ -52,7 +52,7 @@ def test_bad_folds_are_one_line_errors(tmp_path, textcls_dir, tiny_model, capsys
 
 def test_small_train_splits_choose_folds_automatically(tmp_path, textcls_dir, tiny_model, monkeypatch):
     from kinject import api
-    from kinject.plugins.evidence import study
+    from kinject.experiments import study
 
     run = api.prepare(api.build_spec({"task": {"name": "textcls", "path": str(textcls_dir)}, "model": {"name": "tiny"}}))
     said: list[str] = []

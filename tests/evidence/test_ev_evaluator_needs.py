@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kinject.api import Evaluator, KinjectError, MetricRef, PluginConfig, registry
-from kinject.plugins.evidence.metrics import MetricDef
-from kinject.plugins.evidence.scorers import scorer_for
-from kinject.plugins.training.prediction import keep_scores
+from kinject.evidence.metrics import MetricDef
+from kinject.evidence.scorers import scorer_for
+from kinject.training.prediction import keep_scores
 
 LABELS = ("no", "yes")
 

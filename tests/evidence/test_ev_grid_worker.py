@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from kinject.plugins.evidence.grid_exec import SAFE_PATH, worker_error
+from kinject.experiments.grid_exec import SAFE_PATH, worker_error
 
 TRACE = """Job (task=0) failed during processing with trace:
 ----------------------

@@ -121,7 +121,7 @@ def test_refusals_are_one_line_errors(tmp_path, capsys):
 def test_compare_prediction_files_uses_the_tasks_metric_options(tmp_path):
     from sklearn.metrics import f1_score
 
-    from kinject.plugins.evidence.comparison import compare_prediction_files
+    from kinject.evidence.comparison import compare_prediction_files
     from kinject.tasks.relation import ChemProtTask
 
     rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""The interval that carries seed-to-seed variance (kinject.plugins.evidence.bootstrap), the verdict it gives, the
+"""The interval that carries seed-to-seed variance (kinject.evidence.bootstrap), the verdict it gives, the
 metric's direction, and `kinject compare --json`'s fields."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from helpers import run_kinject as kinject
 
 
 def _accuracy_def():
-    from kinject.plugins.evidence.metrics import define
+    from kinject.evidence.metrics import define
 
     return define("accuracy")
 
@@ -26,7 +26,7 @@ def _sets(per_seed_correct: list[int], n: int = 40) -> dict[int, list[dict]]:
 def test_seeds_that_disagree_put_zero_in_the_interval_the_example_interval_excludes():
     """The arm's seeds score 1, 0, 1 (every example right, none, every) against 0, 0, 0: the examples alone say
     'gain', the seeds do not."""
-    from kinject.plugins.evidence.comparison import pair
+    from kinject.evidence.comparison import pair
 
     base, arm = _sets([0, 0, 0]), _sets([40, 0, 40])
     _, row = pair(_accuracy_def(), base, [arm], n_resamples=2000, learned=False)  # the intervals, not the flags
@@ -38,7 +38,7 @@ def test_seeds_that_disagree_put_zero_in_the_interval_the_example_interval_exclu
 
 
 def test_seeds_that_agree_exactly_give_the_example_interval_and_disagreeing_seeds_widen_it():
-    from kinject.plugins.evidence.comparison import pair
+    from kinject.evidence.comparison import pair
 
     same_base, same_arm = _sets([20, 20, 20]), _sets([26, 26, 26])
     _, row = pair(_accuracy_def(), same_base, [same_arm], n_resamples=1000, seed=3)
@@ -51,7 +51,7 @@ def test_seeds_that_agree_exactly_give_the_example_interval_and_disagreeing_seed
 
 
 def test_one_seed_gives_the_example_interval_and_groups_are_resampled_as_units():
-    from kinject.plugins.evidence.comparison import pair
+    from kinject.evidence.comparison import pair
 
     base = {42: classification_records(40, 10)}
     arm = {42: classification_records(40, 30)}
@@ -67,7 +67,7 @@ def test_one_seed_gives_the_example_interval_and_groups_are_resampled_as_units()
 
 
 def test_the_verdict_follows_the_metric_direction():
-    from kinject.plugins.evidence.bootstrap import verdict
+    from kinject.evidence.bootstrap import verdict
     from kinject.api import MetricRef
 
     assert verdict(0.01, 0.05) == "gain" and verdict(-0.05, -0.01) == "loss" and verdict(-0.01, 0.02) == "no evidence"
@@ -77,7 +77,7 @@ def test_the_verdict_follows_the_metric_direction():
 
 
 def test_dev_selection_keeps_the_lowest_score_of_a_lower_is_better_metric(tmp_path):
-    from kinject.plugins.training.selection import DevSelection
+    from kinject.training.selection import DevSelection
 
     scores = iter([0.30, 0.10, 0.20])
 
@@ -128,9 +128,9 @@ def test_identical_predictions_say_so(tmp_path, capsys):
 
 def test_two_way_bootstrap_recomputes_non_additive_metrics_per_replicate():
     """AUROC (ranks) is recomputed on the resampled examples of every seed, not summed."""
-    from kinject.plugins.evidence.bootstrap import two_way_bootstrap
-    from kinject.plugins.evidence.metrics import MetricDef
-    from kinject.plugins.evidence.scorers import scorer_for
+    from kinject.evidence.bootstrap import two_way_bootstrap
+    from kinject.evidence.metrics import MetricDef
+    from kinject.evidence.scorers import scorer_for
     from kinject.api import MetricRef
 
     rng = np.random.default_rng(0)

@@ -9,8 +9,8 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from kinject.plugins.evidence.comparison import pair
-from kinject.plugins.evidence.metrics import define
+from kinject.evidence.comparison import pair
+from kinject.evidence.metrics import define
 from kinject.interfaces import Environment
 from kinject.tasks.sequence import SequenceClassificationTask, unit_ids
 
@@ -111,7 +111,7 @@ def test_scores_follow_the_head_label_order(env):
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     return load_tokenizer(tiny_model)
 

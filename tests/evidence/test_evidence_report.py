@@ -94,7 +94,7 @@ def test_report_is_replaced_whole_and_never_overwrites_other_folders(runs, tmp_p
 
 
 def test_task_group_folder_expands_to_its_members(tmp_path):
-    from kinject.plugins.evidence.runs import find_runs
+    from kinject.evidence.runs import find_runs
 
     make_run(tmp_path / "blurb" / "bc5chem", [{"id": "s0", "gold": ["O"], "pred": ["O"]}], task={"name": "bc5chem"})
     make_run(tmp_path / "blurb" / "hoc", [{"id": "1", "gold": [], "pred": []}], task={"name": "hoc"})
@@ -112,7 +112,7 @@ def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
     import sys
     from pathlib import Path
 
-    from kinject.plugins.evidence.report import comparison_markdown
+    from kinject.evidence.report import comparison_markdown
 
     text = comparison_markdown([str(tmp_path / "base"), str(tmp_path / "better")], metrics=["accuracy"], root=tmp_path)
     assert "| base | 2 |" in text and "baseline" in text
@@ -143,7 +143,7 @@ def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
 
 
 def test_metrics_markdown_tables_nested_values_per_seed(tmp_path):
-    from kinject.plugins.evidence.report import metrics_markdown
+    from kinject.evidence.report import metrics_markdown
 
     for seed, value in ((1, 0.5), (2, 0.7)):
         make_run(tmp_path / "a" / f"seed-{seed}", classification_records(4, 2), seed=seed,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kinject.plugins.training import plural
-from kinject.plugins.evidence.forest import seeds_text
-from kinject.plugins.evidence.grid_state import CellState, counts
+from kinject.evidence import plural
+from kinject.evidence.forest import seeds_text
+from kinject.experiments.grid_state import CellState, counts
 
 
 def test_plural_is_singular_only_for_one():

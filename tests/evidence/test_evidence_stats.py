@@ -1,4 +1,4 @@
-"""kinject.plugins.evidence statistics: the paired bootstrap, per-seed tests, and metrics recomputed on resamples."""
+"""kinject.evidence statistics: the paired bootstrap, per-seed tests, and metrics recomputed on resamples."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 import numpy as np
 import pytest
 
-from kinject.plugins.evidence.comparison import pair
-from kinject.plugins.evidence.metrics import define
-from kinject.plugins.evidence.scorers import scorer_for
-from kinject.plugins.evidence.stats import paired_bootstrap, seed_tests
+from kinject.evidence.comparison import pair
+from kinject.evidence.metrics import define
+from kinject.evidence.scorers import scorer_for
+from kinject.evidence.stats import paired_bootstrap, seed_tests
 
 
 # -- the bootstrap itself --------------------------------------------------------------------------------- #

@@ -53,7 +53,7 @@ def test_bad_storage_metric_and_split_are_one_line(tmp_path, textcls_dir, tiny_m
 
 
 def test_pruning_reporter_reports_eval_metrics_and_prunes(tmp_path):
-    from kinject.plugins.evidence.sweep import PruningReporter
+    from kinject.experiments.sweep import PruningReporter
     from kinject.hooks import plugin_manager
 
     study = optuna.create_study(direction="maximize",

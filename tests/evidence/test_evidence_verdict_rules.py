@@ -48,7 +48,7 @@ def test_below_the_majority_baseline_is_not_learned_and_identical_constant_runs_
 
 
 def test_report_and_forest_rows_name_the_constant_predictor(tmp_path):
-    from kinject.plugins.evidence.forest import rows_of
+    from kinject.evidence.forest import rows_of
 
     make_run(tmp_path / "runs" / "base", classification_records(40, 30))
     make_run(tmp_path / "runs" / "flat", _constant(label="bio"))
@@ -61,8 +61,8 @@ def test_report_and_forest_rows_name_the_constant_predictor(tmp_path):
 
 
 def test_the_leaderboard_names_the_constant_predictor(tmp_path):
-    from kinject.plugins.evidence.grid_board import board_table, task_board
-    from kinject.plugins.evidence.runs import Run, RunSet
+    from kinject.experiments.grid_board import board_table, task_board
+    from kinject.evidence.runs import Run, RunSet
 
     systems = {}
     for name, records in (("finetune", classification_records(40, 30)), ("kimera", _constant())):
@@ -123,7 +123,7 @@ def test_two_single_runs_of_different_seeds_are_shown_unpaired(tmp_path, capsys)
 
 
 def test_the_heading_names_the_interval_and_rows_of_different_kinds_say_theirs():
-    from kinject.plugins.evidence.tables import comparison_table
+    from kinject.evidence.tables import comparison_table
 
     def row(run, seeds, interval):
         return {"run": run, "seeds": seeds, "seeds_paired": len(seeds), "value": 0.6, "difference": 0.1,
@@ -146,7 +146,7 @@ def test_run_result_and_the_printed_lines_carry_the_flag_and_the_probe_sentence(
     from rich.console import Console
 
     from kinject import RunResult
-    from kinject.plugins.training import print_metrics
+    from kinject.cli.tables import print_metrics
 
     flag = {"reason": "constant predictor (every prediction \"other\")", "constant": True}
     metrics = {"test": {"accuracy": 0.5},
@@ -168,8 +168,8 @@ def test_run_result_and_the_printed_lines_carry_the_flag_and_the_probe_sentence(
 
 
 def test_learned_check_for_regression_and_sequence_labelling():
-    from kinject.plugins.evidence.learned import check
-    from kinject.plugins.evidence.metrics import define
+    from kinject.evidence.learned import check
+    from kinject.evidence.metrics import define
 
     gold = [0.1 * i for i in range(20)]
     pearson = define("pearson")
@@ -185,7 +185,7 @@ def test_learned_check_for_regression_and_sequence_labelling():
 def test_coverage_simulation_on_a_tiny_setting():
     from benchmarks.coverage import REGIMES, Regime, coverage
 
-    from kinject.plugins.evidence.bootstrap import DEFAULT_INTERVAL
+    from kinject.evidence.bootstrap import DEFAULT_INTERVAL
 
     regime = Regime("tiny seed-dominated", 0.5, 0.0, examples=120)
     found = coverage(regime, 3, replications=60, resamples=200)

@@ -70,8 +70,8 @@ def test_dry_run_before_lists_every_cell_to_compute_and_writes_nothing(grid_run)
 
 
 def test_debug_executor_runs_every_cell_as_an_ordinary_run(grid_run, data):
-    from kinject.plugins.evidence import run_not_learned
-    from kinject.plugins.evidence.runs import find_runs
+    from kinject.evidence import run_not_learned
+    from kinject.evidence.runs import find_runs
 
     code, text, err = grid_run["ran"]
     assert code == 0, err
@@ -122,7 +122,7 @@ def test_resubmission_computes_nothing_and_dry_run_shows_the_cache(grid_run, dat
 
 
 def test_leaderboard_equals_kinject_compare(grid_run, data, tmp_path):
-    from kinject.plugins.evidence.comparison import comparison_table
+    from kinject.evidence.comparison import comparison_table
 
     copy = tmp_path / "copy"
     shutil.copytree(grid_run["out"], copy)
@@ -215,7 +215,7 @@ def test_slurm_submission_is_one_array_job_of_readable_runs(grid_run, data, tmp_
     import shutil as shell
     import subprocess
 
-    from kinject.plugins.evidence.grid_exec import _minutes
+    from kinject.experiments.grid_exec import _minutes
 
     calls = []
     real_run = subprocess.run
@@ -288,7 +288,7 @@ def test_bad_grid_file_is_one_line_exit_2_and_writes_nothing(tmp_path, data, tin
 
 
 def test_experiment_grid_files_load(tmp_path):
-    from kinject.plugins.evidence.grid import load_grid
+    from kinject.experiments.grid import load_grid
 
     folder = TINY.parent
     sizes = {name: len(load_grid(folder / f"{name}.yaml").cells) for name in
@@ -305,7 +305,7 @@ def test_experiment_grid_files_load(tmp_path):
 def test_sweep_journal_storage_is_shared_by_two_handles(tmp_path, form):
     import optuna
 
-    from kinject.plugins.evidence.study import open_storage, open_study
+    from kinject.experiments.study import open_storage, open_study
 
     url = form.format(tmp_path / "study.log")
     first, second = (open_study(open_storage(url), "shared", "maximize") for _ in range(2))

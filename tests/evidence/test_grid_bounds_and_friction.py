@@ -41,7 +41,7 @@ def test_a_grid_past_its_cap_is_one_line_at_once(tmp_path, capsys, changes, word
 
 
 def test_quick_makes_every_cell_a_quick_try(tmp_path):
-    from kinject.plugins.evidence.grid import load_grid
+    from kinject.experiments.grid import load_grid
 
     cells = load_grid(grid_file(tmp_path, quick=True)).cells
     assert {(c.data["protocol"], c.data["training"]["limit"]) for c in cells} == {("quick", 64)}
@@ -59,8 +59,8 @@ def test_cache_dir_holds_every_cells_stages(tmp_path, textcls_dir, tiny_model):
 
 
 def test_the_slurm_script_keeps_a_folder_with_spaces_one_value(tmp_path, textcls_dir):
-    from kinject.plugins.evidence.grid import load_grid
-    from kinject.plugins.evidence.grid_exec import write_slurm
+    from kinject.experiments.grid import load_grid
+    from kinject.experiments.grid_exec import write_slurm
 
     loaded = load_grid(TINY, tmp_path / "my grids" / "out (1)", [f"task.path={textcls_dir}"])
     script = write_slurm(loaded, loaded.cells, {}).read_text()

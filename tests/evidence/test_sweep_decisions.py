@@ -1,4 +1,4 @@
-"""`kinject sweep`'s folds follow the automatic choice's rules (kinject.plugins.training): a split too small for
+"""`kinject sweep`'s folds follow the automatic choice's rules (kinject.training): a split too small for
 the folds scores dev instead, in one announced line; fold trials keep their last weights, as the choice's do."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 def test_a_rare_label_scores_dev_instead_of_folds_announced(tmp_path, tiny_model):
     from kinject import api
-    from kinject.plugins.evidence import study
+    from kinject.experiments import study
 
     folder = tmp_path / "rare"
     folder.mkdir()
@@ -24,8 +24,8 @@ def test_a_rare_label_scores_dev_instead_of_folds_announced(tmp_path, tiny_model
 
 
 def test_fold_trials_use_the_choices_fold_settings():
-    from kinject.plugins.evidence.sweep import fold_spec
-    from kinject.plugins.training import fold_run_settings
+    from kinject.experiments.sweep import fold_spec
+    from kinject.api import fold_run_settings
 
     data = fold_spec({"training": {"selection": "best", "patience": 3}}, 1, 5)
     assert data["fold"] == fold_run_settings(1, 5)["fold"] == "1/5"

@@ -40,7 +40,7 @@ def run_spec(tmp_path: Path, textcls_dir: Path, seed: int = 42, **strategy) -> d
 
 def prepared(tmp_path: Path, textcls_dir: Path, seed: int = 42, **strategy):
     from kinject.preparation import prepare
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     return prepare(build_spec(run_spec(tmp_path, textcls_dir, seed, **strategy)))
 
@@ -134,7 +134,7 @@ def test_draw_examples_keeps_groups_whole_and_none_keeps_the_split_order():
 
 def test_score_seed_draws_other_scoring_sets_of_the_same_size(textcls_dir, tiny_model, tmp_path):
     from kinject.interfaces import Environment
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
     from kinject.plugins.kimera.scoring import build_scoring_set
     from kinject.tasks.textcls import TextClassificationTask
 

@@ -14,7 +14,7 @@ from kinject.errors import DataError
 from kinject.interfaces import Environment
 from kinject.plugins.kimera.heldout import build_retraining_data, score_heldout, split_source
 from kinject.plugins.kimera.multitask import KG_TASKS, KGMultiTaskModel
-from kinject.plugins.knowledge.sources.triples import TriplesSource
+from kinject.knowledge.sources.triples import TriplesSource
 
 from test_kimera_controls import ENTITIES, KG_ROWS, RELATIONS, prepared, stage_dirs
 from test_kimera_retrain import parts
@@ -25,7 +25,7 @@ KG = {"kg_max_length": 32, "kg_max_triples": 20000}
 @pytest.fixture
 def graph(tmp_path, tiny_model):
     """A triples source with repeats (the first two rows twice), its environment and the tiny tokenizer."""
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     (tmp_path / "kg.tsv").write_text("".join("\t".join(r) + "\n" for r in KG_ROWS + KG_ROWS[:2]))
     env = Environment(data_dir=tmp_path, cache_dir=tmp_path / "cache")
@@ -88,7 +88,7 @@ def test_no_held_out_triple_reaches_a_training_row(graph, tmp_path, dense):
 
 
 def test_kg_heldout_zero_builds_the_kg_data_as_before(graph):
-    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
+    from kinject.knowledge.kg.data import KGDataConfig, build_kg_data
 
     source, env, tokenizer = graph
     data, held = build_retraining_data(source, env, tokenizer, {**KG, "kg_heldout": 0}, 3, list(KG_TASKS))

@@ -10,9 +10,9 @@ import pytest
 
 from kinject.errors import DataError, SpecError
 from kinject.interfaces import Environment, Triple
-from kinject.plugins.knowledge.sources.hpo import HpoSource
+from kinject.knowledge.sources.hpo import HpoSource
 from kinject.spec import PluginRef
-from kinject.spec_input import validate_plugin_config
+from kinject.spec_reading import validate_plugin_config
 
 # a chain All <- B <- C <- D <- E, a disease on C and one on E, a gene on B, and an isolated term F
 OBO = "format-version: 1.2\n" + "".join(
@@ -93,7 +93,7 @@ def test_bad_term_lists_fail_in_check_with_one_line_naming_around(hpo):
 
 def test_a_kimera_run_on_a_bad_subgraph_fails_before_any_stage(hpo, tmp_path, textcls_dir, tiny_model):
     from kinject.preparation import prepare
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     folder, _ = hpo
     (tmp_path / "terms.txt").write_text("HP:0000006\n")

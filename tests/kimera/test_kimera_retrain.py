@@ -19,9 +19,9 @@ RELATIONS = ["causes", "associated", "effect"]
 
 @pytest.fixture(scope="module")
 def kg(tmp_path_factory, tiny_model):
-    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
-    from kinject.plugins.training import load_tokenizer
-    from kinject.plugins.knowledge.sources.triples import TriplesSource
+    from kinject.knowledge.kg.data import KGDataConfig, build_kg_data
+    from kinject.api import load_tokenizer
+    from kinject.knowledge.sources.triples import TriplesSource
 
     folder = tmp_path_factory.mktemp("kg")
     rows = [(ENTITIES[i], RELATIONS[i % 3], ENTITIES[(i * 3 + 1) % 10]) for i in range(10)]
@@ -36,7 +36,7 @@ def kg(tmp_path_factory, tiny_model):
 
 
 def batches_of(data, tokenizer, batch_size=4, seed=0):
-    from kinject.plugins.training import length_grouped_batches
+    from kinject.training import length_grouped_batches
 
     datasets = {t: getattr(data, t) for t in KG_TASKS}
     ds = KGBatchDataset(datasets)
@@ -120,7 +120,7 @@ def snapshot(model):
 def test_hard_mask_retraining_through_the_trainer_freezes_heads_exactly(kg, tiny_model, tmp_path, forward_mask):
     from transformers import AutoModel
 
-    from kinject.plugins.training import length_grouped_batches
+    from kinject.training import length_grouped_batches
 
     data, tokenizer, _ = kg
     encoder = AutoModel.from_pretrained(tiny_model)
@@ -147,7 +147,7 @@ def test_hard_mask_retraining_through_the_trainer_freezes_heads_exactly(kg, tiny
 def test_other_params_freeze_leaves_non_attention_weights_alone(kg, tiny_model, tmp_path):
     from transformers import AutoModel
 
-    from kinject.plugins.training import length_grouped_batches
+    from kinject.training import length_grouped_batches
 
     data, tokenizer, _ = kg
     encoder = AutoModel.from_pretrained(tiny_model)
@@ -167,8 +167,8 @@ def test_other_params_freeze_leaves_non_attention_weights_alone(kg, tiny_model, 
 def test_task_sampling_batch_counts_per_task(kg, sampling):
     """proportional: each task's own batches once per epoch (a task's share = its size); uniform: every task
     the same number of batches, one of each per turn, smaller tasks starting new passes over all their rows."""
-    from kinject.plugins.knowledge.kg.batching import lengths_of
-    from kinject.plugins.training import length_grouped_batches
+    from kinject.knowledge.kg.batching import lengths_of
+    from kinject.training import length_grouped_batches
 
     data, _, _ = kg
     datasets = {t: getattr(data, t) for t in KG_TASKS}

@@ -33,7 +33,7 @@ def test_scoring_batches_are_length_sorted_and_order_maps_rows_to_features(textc
     """Importance batches (the first 6 examples) then metric-only batches (the other 10), each part sorted by
     length; ``order`` names the feature behind every batch row."""
     from kinject.interfaces import Environment
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
     from kinject.plugins.kimera.scoring import build_scoring_set
     from kinject.tasks.textcls import TextClassificationTask
 
@@ -59,10 +59,10 @@ def _mask_stage_run(tmp_path, textcls_dir, tiny_model, monkeypatch):
     each; the search's metric drops by 1 after round 0, so round 1 already fails (no redundant head)."""
     from kinject.preparation import prepare
     from kinject.interfaces import Head, StageContext
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
     from kinject.plugins.kimera import search
-    from kinject.spec_input import build_spec
-    from kinject.plugins.training import build_task_model, save_model
+    from kinject.spec_reading import build_spec
+    from kinject.training import build_task_model, save_model
 
     finetuned = tmp_path / "finetuned"
     save_model(build_task_model(tiny_model, Head("sequence", 2, labels=("bio", "other"))), load_tokenizer(tiny_model),

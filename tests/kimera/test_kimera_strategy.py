@@ -10,7 +10,7 @@ from helpers import PROBE_STAGES
 
 from kinject.errors import SpecError
 from kinject.spec import PluginRef
-from kinject.spec_input import validate_plugin_config
+from kinject.spec_reading import validate_plugin_config
 
 
 def config(**options):
@@ -38,7 +38,7 @@ def test_variants_resolve_to_settings_and_bad_combinations_are_rejected():
 
 def prepared(tmp_path, textcls_dir, tiny_model, **strategy):
     from kinject.preparation import prepare
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     kg = tmp_path / "kg.tsv"
     kg.write_text("gene\tcauses\tdisease\ndrug\ttreatment\tcancer\ncell\tcauses\tcancer\n"
@@ -88,7 +88,7 @@ def test_sampling_and_scoring_cap_reach_their_stages(tmp_path, textcls_dir, tiny
 def test_validate_resolves_the_kg_and_stages_name_their_inputs_in_their_configs(tmp_path, textcls_dir, tiny_model):
     from kinject.keys import plan
     from kinject.preparation import prepare
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     spec = build_spec({"model": {"name": "tiny", "max_length": 32},
                        "task": {"name": "textcls", "path": str(textcls_dir)},
@@ -108,14 +108,14 @@ def test_validate_resolves_the_kg_and_stages_name_their_inputs_in_their_configs(
         assert named <= set(stage.inputs), stage.name
     # the search, the retraining and the random draw are keyed by what computes them: no statistics, plots or
     # planning; the rounds' bootstrap intervals are the search report's
-    code = {p.stage.name: p.record["code"] for p in plan(run)}
+    code = {p.stage.name: p.code_modules for p in plan(run)}
     tools = ("plugins.evidence", "kimera.report", "kimera.search_report", "kimera.plan", "kimera.strategy",
              "matplotlib")
     for name in ("kimera-mask-hard", "kimera-retrain", "kimera-mask-random"):
         assert not [m for m in code[name] if any(t in m for t in tools)], name
     assert not [m for name in ("kimera-retrain", "kimera-mask-random") for m in code[name] if "kimera.search" in m]
     assert stages["kimera-search-report"].inputs == ("kimera-mask-hard",)
-    assert "kinject.plugins.evidence.comparison" in code["kimera-search-report"]
+    assert "kinject.evidence.comparison" in code["kimera-search-report"]
 
 
 def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):

@@ -16,8 +16,8 @@ def _write_facts(path, n: int) -> None:
 
 @pytest.mark.slow
 def test_a_large_exclude_file_is_streamed_into_compact_keys(tmp_path, monkeypatch):
-    import kinject.plugins.knowledge.held_out as held_out
-    from kinject.plugins.knowledge import HeldOutFacts
+    import kinject.facts as held_out
+    from kinject.api import HeldOutFacts
 
     # a set this large keeps sorted arrays, as one past SMALL_KEY_SET (262,144) does: the same path at a fifth of the
     # size (and of the time under tracemalloc)
@@ -43,7 +43,7 @@ def test_a_large_exclude_file_is_streamed_into_compact_keys(tmp_path, monkeypatc
 
 
 def test_small_and_large_key_sets_answer_alike(monkeypatch):
-    import kinject.plugins.knowledge.held_out as knowledge
+    import kinject.facts as knowledge
 
     triples = [(f"term {i}", "is a", f"parent {i % 7}") for i in range(50)]
     small = knowledge.HeldOutFacts(triples)
@@ -60,15 +60,14 @@ def test_small_and_large_key_sets_answer_alike(monkeypatch):
 def test_a_facts_file_is_read_once_per_content_in_a_process(tmp_path, monkeypatch):
     """The seeds of --repeats, grid cells and sweep trials prepare the same hold-out: its file is read once, and again
     only when its content changes."""
-    import kinject.plugins.knowledge.held_out as held_out
-    from kinject.api import plugin_manager
+    import kinject.facts as held_out
 
     path = tmp_path / "held.tsv"
     _write_facts(path, 30)
     reads = []
     original = held_out.read_fact_file
     monkeypatch.setattr(held_out, "read_fact_file", lambda p: reads.append(p) or original(p))
-    build = plugin_manager().hook.kinject_held_out_facts
+    build = held_out.held_out_facts
     first, again = build(triples=[], files=(str(path),)), build(triples=[], files=(str(path),))
     assert again is first and len(first) == 30 and len(reads) == 1
     _write_facts(path, 31)

@@ -10,9 +10,9 @@ import pytest
 
 from kinject.errors import DataError
 from kinject.interfaces import Environment, KnowledgeSource, Triple
-from kinject.plugins.knowledge.kg.data import KGCollator, KGDataConfig, build_kg_data, lengths_of
-from kinject.plugins.training import length_grouped_batches, useful_token_fraction
-from kinject.plugins.knowledge.sources.triples import TriplesSource
+from kinject.knowledge.kg.data import KGCollator, KGDataConfig, build_kg_data, lengths_of
+from kinject.training import length_grouped_batches, useful_token_fraction
+from kinject.knowledge.sources.triples import TriplesSource
 
 
 @pytest.fixture(scope="module")
@@ -162,10 +162,10 @@ def test_length_grouped_batches_partial_last_longest_first():
 
 
 def test_length_grouped_batches_serves_the_training_sampler():
-    """With a generator seeded by (seed, epoch) it is exactly kinject.plugins.training.loop's sampler in that epoch."""
+    """With a generator seeded by (seed, epoch) it is exactly kinject.training.loop's sampler in that epoch."""
     import random
 
-    from kinject.plugins.training.batching import LengthBucketSampler
+    from kinject.training.batching import LengthBucketSampler
 
     lengths = [random.Random(1).randint(5, 120) for _ in range(203)]
     sampler = LengthBucketSampler(lengths, batch_size=16, seed=7)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kinject.interfaces import Triple
-from kinject.plugins.knowledge.kg.partition import (EntityGraph, graph_stats, metis_parts, partition_report, shuffle_parts,
+from kinject.knowledge.kg.partition import (EntityGraph, graph_stats, metis_parts, partition_report, shuffle_parts,
                                   stream_stats, write_partition)
 
 
@@ -80,7 +80,7 @@ def test_shuffle_moves_entities_and_keeps_sizes():
 
 
 def test_cli_stats_on_kg_umls(data_dir, capsys):
-    from kinject.plugins.cli.app import main
+    from kinject.cli.app import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["kg", "stats", str(data_dir / "kg_umls"), "--json"])
@@ -92,7 +92,7 @@ def test_cli_stats_on_kg_umls(data_dir, capsys):
 
 @pytest.mark.slow
 def test_cli_partition_and_errors(data_dir, tmp_path, capsys):
-    from kinject.plugins.cli.app import main
+    from kinject.cli.app import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["kg", "partition", str(data_dir / "kg_hsdn"), "-k", "3", "--output", str(tmp_path / "p"),

@@ -1,4 +1,4 @@
-"""Knowledge on one footing (kinject.knowledge, the knowledge library's held-out facts): facts held out of every
+"""Knowledge on one footing (kinject.facts, the knowledge library's held-out facts): facts held out of every
 source of every strategy, the dose a run consumed (metrics.json ``dose``), one dose setting for every strategy
 (``knowledge.epochs``)."""
 
@@ -17,7 +17,7 @@ HELD = [("gene 00", "causes", "protein 01"), ("protein 01", "treats", "cell 02")
 
 def test_held_out_facts_match_name_pairs_either_way_and_texts_that_name_both():
     from kinject.api import fact_key
-    from kinject.plugins.knowledge import HeldOutFacts
+    from kinject.api import HeldOutFacts
 
     facts = HeldOutFacts([("Seizure", "is a", "Abnormality of the nervous system")])
     assert facts.blocks_triple("seizure", "Abnormality of the Nervous System")
@@ -32,42 +32,23 @@ def test_held_out_facts_match_name_pairs_either_way_and_texts_that_name_both():
                                                                                "system")]).digest
 
 
-def test_the_engine_applies_the_held_out_facts_the_hook_builds(tmp_path):
-    """How held-out facts are matched is the knowledge library's (``kinject_held_out_facts``): a plugin's tryfirst
-    implementation is what every source is filtered with, and its digest keys the hold-out."""
-    from kinject.api import HoldOutRef, SourceRef, hookimpl, plugin_manager
-    from kinject.plugins.knowledge import HeldOutFacts
+def test_every_source_is_filtered_with_the_held_out_facts_and_their_digest_keys_the_hold_out(tmp_path):
+    """The held-out set a HoldOutRef builds (kinject.facts) is what a source is filtered with: its triples that link
+    two held-out names are gone, the others kept; the set is built once per content in a process."""
+    from kinject.api import Environment, HeldOutFacts, HoldOutRef, SourceRef, registry
 
     kg, held = _kg_and_facts(tmp_path)
-    built = HoldOutRef(file=str(held)).held_out()
-    assert isinstance(built, HeldOutFacts) and len(built) == 3  # the knowledge library's, by default
-
-    class ExactNames(HeldOutFacts):  # a replacement: only the first held-out fact, and its own digest
-        digest = "exact-names"
-
-        def blocks_triple(self, head: str, tail: str) -> bool:
-            return (head, tail) == HELD[0][::2]
-
-    class Exact:
-        @hookimpl(tryfirst=True)
-        def kinject_held_out_facts(self, triples, files):
-            return ExactNames(triples, files=files)
-
-    manager = plugin_manager()
-    manager.register(Exact(), name="exact")
-    try:
-        ref = HoldOutRef(file=str(held))
-        assert ref.held_out().digest == "exact-names"
-        from kinject.api import Environment, registry
-
-        source = registry("sources").get("triples")
-        source = source(source.Config(path=str(kg)))
-        env = Environment(data_dir=tmp_path, cache_dir=tmp_path / "cache")
-        held_ref = SourceRef.of(source, env).holding_out(ref)
-        kept = {(t.head, t.tail) for t in held_ref.build().iter_triples(env)}
-        assert HELD[0][::2] not in kept and HELD[1][::2] in kept  # the replacement's rule, not the library's
-    finally:
-        manager.unregister(name="exact")
+    ref = HoldOutRef(file=str(held))
+    built = ref.held_out()
+    assert isinstance(built, HeldOutFacts) and len(built) == 3
+    assert HoldOutRef(file=str(held)).held_out() is built  # one read per content
+    source = registry("sources").get("triples")
+    source = source(source.Config(path=str(kg)))
+    env = Environment(data_dir=tmp_path, cache_dir=tmp_path / "cache")
+    held_ref = SourceRef.of(source, env).holding_out(ref)
+    kept = {(t.head, t.tail) for t in held_ref.build().iter_triples(env)}
+    assert not {fact[::2] for fact in HELD} & kept and kept
+    assert held_ref.build().removed >= 3
 
 
 def _kg_and_facts(tmp_path: Path) -> tuple[Path, Path]:
@@ -204,7 +185,7 @@ def test_the_dose_counts_what_the_steps_consumed(tmp_path, textcls_dir, tiny_mod
 
 
 def test_knowledge_epochs_is_one_setting_a_grid_varies(tmp_path):
-    from kinject.plugins.evidence.grid import load_grid
+    from kinject.experiments.grid import load_grid
 
     grid = tmp_path / "g.yaml"
     grid.write_text("seeds: [1]\ntasks: [hpo-isa]\nstrategies:\n  finetune: {}\n  kimera:\n"
@@ -233,34 +214,21 @@ def test_hpo_isa_declares_the_edges_its_items_ask_about_and_the_default_holds_de
                                "cache_dir": str(tmp_path)})).holdout is None
 
 
-def test_the_default_hold_out_is_the_knowledge_librarys_policy_and_a_plugin_replaces_it(tmp_path, textcls_dir,
-                                                                                        tiny_model):
-    """knowledge.exclude unset: the knowledge library's hook plugin holds dev and test out (run.json names it in
-    decided_by); a plugin's tryfirst implementation replaces it; a value the user sets is kept."""
-    from kinject.api import build_spec, hookimpl, plugin_manager, prepare
+def test_the_default_hold_out_is_dev_and_test_recorded_and_a_set_value_is_kept(tmp_path, textcls_dir, tiny_model):
+    """knowledge.exclude unset: dev and test are held out (run.json's decided_by names kinject.defaults); a value
+    the user sets is kept, and nothing is decided."""
+    from kinject.api import build_spec, prepare
 
     data = {"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
             "cache_dir": str(tmp_path)}
     spec = build_spec(data)
     assert spec.knowledge.exclude is None
     run = prepare(spec)
-    assert run.spec.knowledge.exclude == ["dev", "test"] and run.decided_by["exclude"].startswith("knowledge ")
+    assert run.spec.knowledge.exclude == ["dev", "test"]
+    assert run.decided_by["exclude"] == "kinject.defaults.default_exclude"
     assert "exclude" not in run.spec.knowledge.model_fields_set
-
-    class TestOnly:
-        @hookimpl(tryfirst=True)
-        def kinject_default_exclude(self, run):
-            return ["test"]
-
-    manager = plugin_manager()
-    manager.register(TestOnly(), name="test-only")
-    try:
-        run = prepare(spec)
-        assert run.spec.knowledge.exclude == ["test"] and run.decided_by["exclude"].startswith("test-only")
-        kept = prepare(build_spec({**data, "knowledge": {"exclude": []}}))
-        assert kept.spec.knowledge.exclude == [] and "exclude" not in kept.decided_by
-    finally:
-        manager.unregister(name="test-only")
+    kept = prepare(build_spec({**data, "knowledge": {"exclude": ["test"]}}))
+    assert kept.spec.knowledge.exclude == ["test"] and "exclude" not in kept.decided_by
 
 
 def test_a_missing_exclude_file_is_one_line_before_any_stage(tmp_path, textcls_dir, capsys, tiny_model):
@@ -294,7 +262,7 @@ def test_the_default_hold_out_is_announced_in_every_entry_point(tmp_path, tiny_m
     assert run_kinject("run", *args) == 0
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("knowledge.exclude=")]
     assert len(said) == 1 and said[0].startswith("knowledge.exclude=[dev, test]: ") and " triples) of hpo-isa's " \
-        "dev/test items held out of every knowledge source (default of knowledge " in said[0], said
+        "dev/test items held out of every knowledge source (the default; " in said[0], said
     assert run_kinject("run", *args, "--set", "knowledge.exclude=[]") == 0
     assert "knowledge.exclude=" not in capsys.readouterr().out
     with caplog.at_level(logging.INFO, logger="kinject"):

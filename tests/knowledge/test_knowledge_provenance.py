@@ -32,8 +32,8 @@ def test_a_starting_model_run_is_recorded_clean_or_as_memorisation(tmp_path, tin
 
 def test_the_text_filter_drops_the_held_out_statement_and_keeps_the_childs_other_facts(tmp_path):
     from kinject.api import Environment, HeldOutSource
-    from kinject.plugins.knowledge import HeldOutFacts
-    from kinject.plugins.knowledge import CorpusSource
+    from kinject.api import HeldOutFacts
+    from kinject.knowledge import CorpusSource
 
     lines = ["Arachnodactyly: Abnormally long and slender fingers. Arachnodactyly is also called spider fingers. "
              "Arachnodactyly is a kind of Long fingers. Arachnodactyly is a kind of Slender finger.",

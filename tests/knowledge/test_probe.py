@@ -1,4 +1,4 @@
-"""The knowledge probe every run gets (kinject.plugins.knowledge.probe, added by the knowledge library's hook): in
+"""The knowledge probe every run gets (kinject.knowledge.probe, added by the knowledge library's hook): in
 every built-in strategy's plan, keyed without tools, one cached base-model stage shared by strategies, switched off by
 ``hooks.knowledge-probe.enabled=false``, and shown by `kinject compare` / `kinject report`."""
 
@@ -26,7 +26,7 @@ def every_stage(tmp_path_factory, tiny_model):
 
 
 def test_every_built_in_strategy_gets_the_probe_after_its_last_evaluate_stage(every_stage):
-    from kinject.plugins.training import EvaluateConfig
+    from kinject.training import EvaluateConfig
 
     for name in STRATEGIES:
         stages = [key.split("/", 1)[1] for key in every_stage if key.startswith(f"{name}/")]
@@ -39,7 +39,7 @@ def test_every_built_in_strategy_gets_the_probe_after_its_last_evaluate_stage(ev
         assert probe.artifacts == ("probe.json", "probe-predictions.jsonl")
     # MoP's fused model is loaded by its own evaluate config
     assert type(every_stage["mop/probe"].stage.config.evaluate).__name__ == "FusedEvaluateConfig"
-    assert "kinject.plugins.mop.fusion" in every_stage["mop/probe"].record["code"]
+    assert "kinject.plugins.mop.fusion" in every_stage["mop/probe"].code_modules
 
 
 def test_the_probe_is_keyed_without_tools_and_the_base_stage_by_the_base_model_only(every_stage):
@@ -54,12 +54,12 @@ def test_the_probe_is_keyed_without_tools_and_the_base_stage_by_the_base_model_o
     assert set(base["config"]) == {"model", "probe"} and base["inputs"] == {}
     for name in STRATEGIES:
         for stage in ("probe-base", "probe"):
-            code = every_stage[f"{name}/{stage}"].record["code"]
+            code = every_stage[f"{name}/{stage}"].code_modules
             assert not [m for m in code if any(t in m for t in TOOLS)], (name, stage)
-            assert "kinject.plugins.knowledge.probe" in code
+            assert "kinject.knowledge.probe" in code
             hpo = every_stage[f"{name}/{stage}"].stage.config.probe.source.name == "hpo"
-            assert ("kinject.plugins.knowledge.sources.hpo" in code) == hpo  # the graph asked about is keyed
-            assert "kinject.plugins.knowledge.hooks" not in code  # where the stages are planned: no part of them
+            assert ("kinject.knowledge.sources.hpo" in code) == hpo  # the graph asked about is keyed
+            assert "kinject.knowledge.probe_hook" not in code  # where the stages are planned: no part of them
 
 
 def test_knowledge_probe_false_leaves_it_out_and_a_run_without_evaluation_gets_none(tmp_path, textcls_dir,
@@ -86,7 +86,7 @@ def test_a_third_party_strategy_gets_the_probe_on_its_own_model_stage(tmp_path, 
         """, {"probed_strategy": '''
             """A third party's method: its own fine-tune and evaluate stage names."""
             from kinject.api import Strategy
-            from kinject.plugins.training import evaluate_stage, finetune_stage
+            from kinject.training import evaluate_stage, finetune_stage
 
             class Mine(Strategy):
                 """Mine."""
@@ -176,7 +176,7 @@ def test_the_probe_gain_interval_is_sklearn_s_auroc_on_every_resample():
     import numpy as np
     from sklearn.metrics import roc_auc_score
 
-    from kinject.plugins.knowledge.probe import RESAMPLES, gain_interval
+    from kinject.knowledge.probe import RESAMPLES, gain_interval
     from kinject.tasks import weighted_auroc
 
     rng = np.random.default_rng(3)

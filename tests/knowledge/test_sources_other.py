@@ -9,10 +9,10 @@ import pytest
 
 from kinject.errors import DataError, DataMissingError, KinjectError
 from kinject.interfaces import Environment, Triple
-from kinject.plugins.knowledge.sources.corpus import CorpusSource
-from kinject.plugins.knowledge.sources.hpo import HpoSource, iter_terms, read_terms
-from kinject.plugins.knowledge.sources.model import ModelSource
-from kinject.plugins.knowledge.sources.umls import UmlsSource
+from kinject.knowledge.sources.corpus import CorpusSource
+from kinject.knowledge.sources.hpo import HpoSource, iter_terms, read_terms
+from kinject.knowledge.sources.model import ModelSource
+from kinject.knowledge.sources.umls import UmlsSource
 
 
 @pytest.fixture
@@ -212,7 +212,7 @@ def test_corpus_reads_tasks_through_their_readers_and_no_test_text_reaches_it(tm
                      "Cardiomyocyte death followed the infarction."]
     assert src.stats["held_out_overlap"] == 4 and src.stats["duplicates"] == 1
     assert src.stats["kept task:textcls/train"] == 1 and src.stats["kept task:textcls/dev"] == 1
-    from kinject.plugins.knowledge.sources.corpus import signature
+    from kinject.knowledge.sources.corpus import signature
 
     corpus = b"\n".join(signature(t) for t in texts)
     for held_out in test + ["Acetyltransferase activity was measured in the liver."]:
@@ -230,7 +230,7 @@ def test_corpus_reads_tasks_through_their_readers_and_no_test_text_reaches_it(tm
 def test_in_domain_corpus_excludes_test_splits(data_dir, tmp_path):
     import random
 
-    from kinject.plugins.knowledge.sources.corpus import example_texts, sentence_signatures, signature
+    from kinject.knowledge.sources.corpus import example_texts, sentence_signatures, signature
     from kinject.registry import registry
 
     env = Environment(data_dir=data_dir, cache_dir=tmp_path)

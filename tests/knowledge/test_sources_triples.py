@@ -12,8 +12,8 @@ import pytest
 
 from kinject.errors import DataError
 from kinject.interfaces import Environment, Triple
-from kinject.plugins.knowledge.sources.filters import FilterFields, apply_filters, inverse_candidates
-from kinject.plugins.knowledge.sources.triples import TriplesSource
+from kinject.knowledge.sources.filters import FilterFields, apply_filters, inverse_candidates
+from kinject.knowledge.sources.triples import TriplesSource
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ K = 4
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     return load_tokenizer(tiny_model)
 
@@ -46,7 +46,7 @@ def adapter_dirs(tiny_model, tmp_path_factory):
 def fused(tiny_model, adapter_dirs, mixture="softmax", joint=True, pooling="cls", **settings):
     from kinject.interfaces import Head
     from kinject.plugins.mop.fusion import attach_partition_adapters
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
 
     model = build_task_model(tiny_model, Head("sequence", 2), seed=0, pooling=pooling)
     torch.manual_seed(0)
@@ -205,7 +205,7 @@ def test_an_adapter_that_does_not_load_as_saved_fails_loudly(tiny_model, adapter
     from kinject.interfaces import Head
     from kinject.plugins.mop.fusion import attach_partition_adapters
     from kinject.plugins.mop.part_adapters import saved_adapter_digest
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
 
     folders = [tmp_path / folder.name for folder in adapter_dirs]
     for source, copy in zip(adapter_dirs, folders):
@@ -236,7 +236,7 @@ def test_an_adapter_that_does_not_load_as_saved_fails_loudly(tiny_model, adapter
 def test_one_adapter_is_used_alone_without_a_fusion(tiny_model, adapter_dirs, tokenizer, tmp_path, joint):
     from kinject.interfaces import Head
     from kinject.plugins.mop.fusion import load_fused_model, save_fused_model
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
 
     model, setup, mix = fused(tiny_model, adapter_dirs[2:3], joint=joint)
     assert setup == "part-2" and str(model.active_adapters) == "Stack[part-2]"
@@ -263,12 +263,12 @@ def test_fusion_only_training_freezes_base_and_adapters(tiny_model, adapter_dirs
 
 @pytest.mark.parametrize("entity_head", ["linear", "names", "frozen-random"])
 def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenizer, tmp_path, entity_head):
-    from kinject.plugins.knowledge.kg.batching import KGCollator
-    from kinject.plugins.training import load_encoder
+    from kinject.knowledge.kg.batching import KGCollator
+    from kinject.api import load_encoder
     from kinject.plugins.mop.entity_prediction import EntityPredictor, frozen_random_head, name_embeddings
     from kinject.plugins.mop.part_adapters import adapter_encoder, base_digest
     from kinject.spec import TrainingSpec
-    from kinject.plugins.training import train
+    from kinject.training import train
 
     from adapters import SeqBnConfig
 
@@ -307,7 +307,7 @@ def test_adapter_training_leaves_base_weights_bit_identical(tiny_model, tokenize
 
 
 def test_name_embeddings_are_mean_pooled_per_name_whatever_the_batch(tiny_model, tokenizer):
-    from kinject.plugins.training import load_encoder
+    from kinject.api import load_encoder
     from kinject.plugins.mop.entity_prediction import name_embeddings
 
     encoder = load_encoder(tiny_model)
@@ -329,7 +329,7 @@ def test_kinject_eval_scores_a_saved_mop_model_like_its_own_loader(tiny_model, a
     from kinject.interfaces import Environment
     from kinject.plugins.mop.fusion import load_fused_model, save_fused_model
     from kinject.registry import registry
-    from kinject.plugins.training import predict
+    from kinject.training import predict
 
     model, fuse, mix = fused(tiny_model, adapter_dirs, "gumbel", tau=0.5)
     with torch.no_grad():
@@ -362,12 +362,12 @@ def test_adapter_training_resumes_from_its_checkpoint(tiny_model, tokenizer, tmp
     """An adapter run killed after its step-2 checkpoint and resumed ends where an uninterrupted run ends."""
     from adapters import SeqBnConfig
 
-    from kinject.plugins.knowledge.kg.batching import KGCollator
-    from kinject.plugins.training import load_encoder
+    from kinject.knowledge.kg.batching import KGCollator
+    from kinject.api import load_encoder
     from kinject.plugins.mop.entity_prediction import EntityPredictor
     from kinject.plugins.mop.part_adapters import adapter_encoder
     from kinject.spec import TrainingSpec
-    from kinject.plugins.training import train
+    from kinject.training import train
 
     rows = tokenizer(["gene", "drug dose", "tumor cells", "protein level"] * 4, ["causes"] * 16)
     features = [{"input_ids": ids, "attention_mask": m, "labels": i % 3}

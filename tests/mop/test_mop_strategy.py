@@ -30,7 +30,7 @@ def spec(tmp_path, textcls_dir, kg: Path | None, model_updates: dict | None = No
 
 def prepared(tmp_path, textcls_dir, kg, model_updates: dict | None = None, **strategy):
     from kinject.preparation import prepare
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     return prepare(build_spec(spec(tmp_path, textcls_dir, kg, model_updates, **strategy)))
 
@@ -144,8 +144,8 @@ def test_partition_finds_the_clusters_and_each_classifier_covers_its_part(tmp_pa
                                                                           cross_part):
     from safetensors.torch import load_file
 
-    from kinject.plugins.knowledge.kg.partition import EntityGraph, metis_parts
-    from kinject.plugins.knowledge.sources.triples import TriplesSource
+    from kinject.knowledge.kg.partition import EntityGraph, metis_parts
+    from kinject.knowledge.sources.triples import TriplesSource
 
     entity_head = "names" if cross_part == "drop" else "linear"
     run = prepared(tmp_path, textcls_dir, kg_file, cross_part=cross_part, adapter_max_steps=2,
@@ -196,9 +196,9 @@ def test_shuffle_moves_entities_between_parts_and_keeps_sizes(tmp_path, textcls_
 @pytest.mark.slow
 def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_dir, kg_file):
     from kinject.engine import execute
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
     from kinject.plugins.mop.fusion import load_fused_model
-    from kinject.plugins.training import predict
+    from kinject.training import predict
 
     run = prepared(tmp_path, textcls_dir, kg_file, mixture="moe", top_k=2)
     metrics = execute(run, tmp_path / "run")
@@ -232,10 +232,10 @@ def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_d
 
 def test_part_rows_are_labelled_with_their_own_tail_and_head(tmp_path, kg_file, tiny_model):
     from kinject.interfaces import Environment
-    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
-    from kinject.plugins.training import load_tokenizer
+    from kinject.knowledge.kg.data import KGDataConfig, build_kg_data
+    from kinject.api import load_tokenizer
     from kinject.plugins.mop.entity_prediction import head_features, part_classes, tail_features
-    from kinject.plugins.knowledge.sources.triples import TriplesSource
+    from kinject.knowledge.sources.triples import TriplesSource
 
     tokenizer = load_tokenizer(tiny_model)
     data = build_kg_data(TriplesSource(path=str(kg_file)), Environment(tmp_path, tmp_path / "cache"), tokenizer,
@@ -258,17 +258,18 @@ def test_each_stage_is_keyed_by_its_own_code_only(tmp_path, textcls_dir, kg_file
     fused fine-tune and its evaluation are the kernel's bodies keyed by the fusion code only."""
     from kinject.keys import plan
 
-    record = {p.stage.name: p.record for p in plan(prepared(tmp_path, textcls_dir, kg_file))}
-    code = {name: set(r["code"]) for name, r in record.items()}
+    planned = {p.stage.name: p for p in plan(prepared(tmp_path, textcls_dir, kg_file))}
+    record = {name: p.record for name, p in planned.items()}
+    code = {name: set(p.code_modules) for name, p in planned.items()}
     mop = "kinject.plugins.mop."
     ours = {name: {m.removeprefix(mop) for m in modules if m.startswith(mop)} for name, modules in code.items()}
     assert ours["mop-partition"] == {"partition", "stages"}
     assert ours["mop-adapter-0"] == {"entity_prediction", "part_adapters", "partition", "stages"}
     assert ours["mop-finetune"] == ours["mop-evaluate"] == {"fusion", "part_adapters"}  # no KG code either
     assert ours["mop-report"] == {"report", "fusion", "part_adapters", "stages"}
-    assert not any(m.startswith("kinject.plugins.knowledge") for m in code["mop-finetune"])
-    assert record["mop-finetune"]["body"] == "kinject.plugins.training.stages.finetune_body"  # the one fine-tune body
-    assert record["mop-evaluate"]["body"] == "kinject.plugins.training.stages.evaluate_body"
+    assert not any(m.startswith("kinject.knowledge") for m in code["mop-finetune"])
+    assert planned["mop-finetune"].stage.body.__module__ == "kinject.training.stages"  # the one fine-tune body
+    assert record["mop-finetune"]["body"] == "finetune_body" and record["mop-evaluate"]["body"] == "evaluate_body"
 
 
 def test_zero_adapter_steps_leaves_the_adapters_untrained(tmp_path, textcls_dir, kg_file, caplog):
@@ -427,8 +428,8 @@ def test_a_damaged_saved_adapter_fails_the_fused_fine_tune(tmp_path, textcls_dir
 
 def test_the_paper_protocol_sets_the_papers_settings_where_the_run_sets_none(tmp_path, textcls_dir, kg_file):
     from kinject.preparation import prepare
-    from kinject.plugins.training import apply_protocol, apply_recommended
-    from kinject.spec_input import build_spec
+    from kinject.api import apply_protocol, apply_recommended
+    from kinject.spec_reading import build_spec
     from kinject.plugins.mop.strategy import MopStrategy
 
     data = spec(tmp_path, textcls_dir, kg_file)

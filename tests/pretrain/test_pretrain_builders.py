@@ -1,4 +1,4 @@
-"""The knowledge library's public MLM builders (`kinject.plugins.knowledge.mlm`): their own checks, the texts file
+"""The knowledge library's public MLM builders (`kinject.knowledge.mlm`): their own checks, the texts file
 forms, the training-spec derivation, and a third party's "verbalise KG triples -> continued MLM -> fine-tune"
 strategy written with kinject.api and the knowledge and training libraries only."""
 
@@ -18,9 +18,9 @@ KG_MLM = '''
     import json
 
     from kinject.api import Stage, StageConfig, SourceRef, Strategy, is_main_process
-    from kinject.plugins.knowledge.default import triples_source
-    from kinject.plugins.knowledge.mlm import mlm_stage, pack_stage
-    from kinject.plugins.training import evaluate_stage, finetune_stage
+    from kinject.knowledge.default import triples_source
+    from kinject.knowledge.mlm import mlm_stage, pack_stage
+    from kinject.training import evaluate_stage, finetune_stage
 
 
     class VerbaliseConfig(StageConfig):
@@ -71,9 +71,9 @@ def third_party(tmp_path, monkeypatch):
 def test_a_third_party_strategy_reuses_packing_and_continued_mlm(third_party, tmp_path, textcls_dir, tiny_model):
     tree = ast.parse((third_party / "kg_mlm.py").read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert {m for m in imported if m.startswith("kinject")} == {"kinject.api", "kinject.plugins.knowledge.default",
-                                                                "kinject.plugins.knowledge.mlm",
-                                                                "kinject.plugins.training"}
+    assert {m for m in imported if m.startswith("kinject")} == {"kinject.api", "kinject.knowledge.default",
+                                                                "kinject.knowledge.mlm",
+                                                                "kinject.training"}
     kg = write_kg(tmp_path / "kg.tsv")
     out = tmp_path / "run"
     assert kinject("run", "kg_mlm", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
@@ -97,7 +97,7 @@ def run_context(tmp_path, textcls_dir, **training):
 
 def test_the_builders_check_their_settings(tmp_path, textcls_dir, tiny_model):
     from kinject.api import SpecError
-    from kinject.plugins.knowledge.mlm import MaskingConfig, mlm_stage, pack_stage
+    from kinject.knowledge.mlm import MaskingConfig, mlm_stage, pack_stage
 
     run = run_context(tmp_path, textcls_dir)
     with pytest.raises(SpecError, match="texts_file 'texts.csv' must end in one of"):
@@ -124,7 +124,7 @@ def test_the_builders_check_their_settings(tmp_path, textcls_dir, tiny_model):
 
 
 def test_the_mlm_training_spec_nulls_fine_tuning_only_settings(tmp_path, textcls_dir, tiny_model):
-    from kinject.plugins.knowledge.mlm import mlm_training_spec
+    from kinject.knowledge.mlm import mlm_training_spec
 
     run = run_context(tmp_path, textcls_dir, head_learning_rate=1e-2, min_steps=5, eval_steps=3)
     spec = mlm_training_spec(run.spec.training, 7, 2e-4, 4, gradient_accumulation=2, warmup_ratio=0.2)
@@ -142,7 +142,7 @@ def test_the_mlm_training_spec_nulls_fine_tuning_only_settings(tmp_path, textcls
 ])
 def test_texts_files(tmp_path, name, content):
     from kinject.api import DataError
-    from kinject.plugins.knowledge.packing import read_texts
+    from kinject.knowledge.packing import read_texts
 
     path = tmp_path / name
     path.write_text(content)
@@ -157,7 +157,7 @@ def test_texts_file_arrow(tmp_path):
     from datasets import Features, Value
     from datasets.arrow_writer import ArrowWriter
 
-    from kinject.plugins.knowledge.packing import read_texts
+    from kinject.knowledge.packing import read_texts
 
     writer = ArrowWriter(features=Features({"text": Value("string")}), path=str(tmp_path / "t.arrow"))
     for text in ("a", "b", "c"):

@@ -63,7 +63,7 @@ def test_options_are_checked_and_the_paper_protocol_masks_whole_words():
     from kinject.errors import SpecError
     from kinject.plugins.pretrain.strategy import PretrainStrategy
     from kinject.spec import PluginRef
-    from kinject.spec_input import validate_plugin_config
+    from kinject.spec_reading import validate_plugin_config
 
     assert PretrainStrategy.protocols["paper"]["strategy"]["mask_unit"] == "whole_word"
     config = validate_plugin_config(PretrainStrategy, PluginRef(name="pretrain"), "strategy")

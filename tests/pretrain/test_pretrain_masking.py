@@ -8,13 +8,13 @@ import random
 import pytest
 import torch
 
-from kinject.plugins.knowledge.masking import WholeWordMaskCollator
-from kinject.plugins.knowledge.packing import SEP_WORD, Packer, pack_to_arrow
+from kinject.knowledge.masking import WholeWordMaskCollator
+from kinject.knowledge.packing import SEP_WORD, Packer, pack_to_arrow
 
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_model):
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     return load_tokenizer(tiny_model)  # character-level WordPiece: most words are several pieces
 
@@ -178,7 +178,7 @@ def test_whole_word_masking_is_the_default_and_unchanged_by_the_unit_option(toke
 def test_sparse_prediction_gives_the_full_forward_loss_and_gradients(tokenizer, tiny_model):
     from transformers import AutoModelForMaskedLM
 
-    from kinject.plugins.knowledge.masked_lm import sparse_prediction
+    from kinject.knowledge.masked_lm import sparse_prediction
 
     batch = WholeWordMaskCollator(tokenizer, generator=torch.Generator().manual_seed(0))(_batch(tokenizer, 60)[:6])
     model = AutoModelForMaskedLM.from_pretrained(tiny_model).eval()

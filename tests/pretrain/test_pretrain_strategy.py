@@ -25,7 +25,7 @@ def spec(tmp_path: Path, corpus: Path, task: dict | None = None, **strategy) -> 
 
 def prepare(data: dict):
     from kinject.preparation import prepare as engine_prepare
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     return engine_prepare(build_spec(data))
 
@@ -34,7 +34,7 @@ def test_config_rejects_inconsistent_settings():
     from kinject.errors import SpecError
     from kinject.plugins.pretrain.strategy import PretrainStrategy
     from kinject.spec import PluginRef
-    from kinject.spec_input import validate_plugin_config
+    from kinject.spec_reading import validate_plugin_config
 
     def config(**options):
         return validate_plugin_config(PretrainStrategy, PluginRef(name="pretrain", **options), "strategy")

@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from helpers import run_kinject as kinject
-from kinject.plugins.knowledge.masked_lm import transfer_embeddings
+from kinject.knowledge.masked_lm import transfer_embeddings
 from kinject.plugins.pretrain.comparison import TABLE1_TERMS, corpus_stats, corpus_words, term_rows
 from kinject.plugins.pretrain.vocab import train_wordpiece
 
@@ -42,7 +42,7 @@ def test_trained_vocabulary_round_trips_through_save_and_load(trained, tmp_path)
 
 
 def test_term_rows_and_corpus_stats(trained, tiny_model):
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     tokenizers = {"in-domain": trained, "tiny": load_tokenizer(tiny_model)}
     rows = term_rows(tokenizers, [("lymphoma", "disease"), ("acetyltransferase", "gene")])
@@ -59,7 +59,7 @@ def test_embedding_transfer_averages_the_old_pieces(trained, tiny_model):
     import torch
     from transformers import AutoModelForMaskedLM
 
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     old = load_tokenizer(tiny_model)
     model = AutoModelForMaskedLM.from_pretrained(tiny_model)

@@ -159,7 +159,7 @@ def _in_namespace(tmp_path: Path, mount: str, arguments: list[str]) -> subproces
     point = tmp_path / "mnt"
     point.mkdir()
     script = (f"M={point}; {mount} && exec {sys.executable} -c "
-              "'import sys; from kinject.plugins.cli.app import main; main(sys.argv[1:])' \"$@\"")
+              "'import sys; from kinject.cli.app import main; main(sys.argv[1:])' \"$@\"")
     return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", *arguments],
                           capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
 
@@ -202,7 +202,7 @@ def test_pickled_weights_the_safe_loader_refuses_are_one_line(tmp_path, textcls_
 
 
 # -- overlong inputs and debris --------------------------------------------------------------------------------- #
-MEASURED = ("import resource, sys\nfrom kinject.plugins.cli.app import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
+MEASURED = ("import resource, sys\nfrom kinject.cli.app import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
             "    print('peak-rss-kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
 
 

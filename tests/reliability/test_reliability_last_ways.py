@@ -32,7 +32,7 @@ class Terminal:
         return getattr(self.stream, name)
 
 sys.stderr = Terminal(sys.stderr)
-from kinject.plugins.cli.app import main
+from kinject.cli.app import main
 main(sys.argv[1:])
 """
 

@@ -74,7 +74,7 @@ CASES = {  # stage type -> (arguments, the stage interrupted)
 }
 
 
-# a torn checkpoint is handled where every stage resumes (kinject.plugins.training.last_checkpoint): two types cover it
+# a torn checkpoint is handled where every stage resumes (kinject.training.last_checkpoint): two types cover it
 PARAMS = [pytest.param(kind, False, id=f"{kind}-at-a-checkpoint") for kind in CASES] + \
     [pytest.param(kind, True, id=f"{kind}-while-writing-one") for kind in ("finetune", "kimera-retrain")]
 

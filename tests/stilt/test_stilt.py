@@ -37,7 +37,7 @@ def spec_data(target: Path, intermediate: list, cache_dir: Path, tiny_model: str
 
 def execute(data: dict, output: Path) -> dict:
     from kinject import engine, preparation
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     engine.execute(preparation.prepare(build_spec(data)), output)
     return json.loads((output / "run.json").read_text())
@@ -45,20 +45,20 @@ def execute(data: dict, output: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def stilt_runs(tmp_path_factory, cache_dir, tiny_model):
-    """A -> B, then A -> C (3 labels), with kinject.plugins.training.train spied on: each training's start weights."""
-    import kinject.plugins.training.loop
+    """A -> B, then A -> C (3 labels), with kinject.training.train spied on: each training's start weights."""
+    import kinject.training.loop
 
     root = tmp_path_factory.mktemp("stilt")
     a, b = write_textcls(root / "a", n_train=24, n_eval=8, seed=0), write_textcls(root / "b", 24, 8, seed=1)
     c = write_three_class(root / "c")
-    real_train, started = kinject.plugins.training.train, []
+    real_train, started = kinject.training.train, []
 
     def spy(model, *args, stage="train", **kwargs):
         started.append((stage, {k: v.detach().clone() for k, v in model.state_dict().items()}))
         return real_train(model, *args, stage=stage, **kwargs)
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(kinject.plugins.training.loop, "train", spy)
+    patch.setattr(kinject.training.loop, "train", spy)
     try:
         inter = [{"name": "textcls", "path": str(a)}]
         first = execute(spec_data(b, inter, cache_dir, tiny_model), root / "run-b")
@@ -72,7 +72,7 @@ def stilt_runs(tmp_path_factory, cache_dir, tiny_model):
 
 def test_config_accepts_names_and_mappings_and_names_bad_fields(tmp_path, tiny_model):
     from kinject.preparation import prepare
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     folder = write_textcls(tmp_path / "d", n_train=4, n_eval=2)
 
@@ -103,7 +103,7 @@ def test_config_accepts_names_and_mappings_and_names_bad_fields(tmp_path, tiny_m
 
 def test_missing_intermediate_data_fails_before_any_stage(tmp_path, cache_dir, tiny_model):
     from kinject import engine, preparation
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     target = write_textcls(tmp_path / "t", n_train=4, n_eval=2)
     data = spec_data(target, [{"name": "textcls", "path": str(tmp_path / "absent")}], cache_dir, tiny_model)
@@ -114,7 +114,7 @@ def test_missing_intermediate_data_fails_before_any_stage(tmp_path, cache_dir, t
 
 def test_training_overrides_reach_only_the_intermediate_stage(tmp_path, tiny_model, cache_dir):
     from kinject import keys, preparation
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     folder = write_textcls(tmp_path / "e", n_train=4, n_eval=2)
     inter = [{"name": "textcls", "path": str(folder), "training": {"learning_rate": 0.5, "head_learning_rate": 0.25}}]
@@ -135,7 +135,7 @@ def test_target_starts_from_the_intermediate_encoder_with_a_fresh_head(stilt_run
     from safetensors.torch import load_file
 
     from kinject.interfaces import Head
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
 
     assert stilt_runs["trained_first"] == ["stilt-intermediate-1-textcls", "stilt-finetune"]
     first = {r["name"]: r for r in stilt_runs["first"]["stages"]}
@@ -276,7 +276,7 @@ def test_token_level_intermediate_keeps_the_base_pooler_for_a_sequence_target(tm
     import torch
     from transformers import AutoModel
 
-    import kinject.plugins.training.loop
+    import kinject.training.loop
 
     ner = tmp_path / "data" / "ncbi_disease"
     ner.mkdir(parents=True)
@@ -284,7 +284,7 @@ def test_token_level_intermediate_keeps_the_base_pooler_for_a_sequence_target(tm
     for name in ("train.tsv", "devel.tsv", "test.tsv"):
         (ner / name).write_text((sentence + "\n") * 8)
     target = write_textcls(tmp_path / "target", n_train=16, n_eval=4)
-    real_train, started = kinject.plugins.training.train, {}
+    real_train, started = kinject.training.train, {}
 
     def spy(model, *args, stage="train", **kwargs):
         started[stage] = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -293,7 +293,7 @@ def test_token_level_intermediate_keeps_the_base_pooler_for_a_sequence_target(tm
     data = spec_data(target, ["ncbi-disease"], cache_dir, tiny_model)
     data["data_dir"] = str(tmp_path / "data")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(kinject.plugins.training.loop, "train", spy)
+        patch.setattr(kinject.training.loop, "train", spy)
         run = execute(data, tmp_path / "run")
     assert list(started) == ["stilt-intermediate-1-ncbi-disease", "stilt-finetune"]
     assert not any("pooler" in k for k in started["stilt-intermediate-1-ncbi-disease"])  # the token model has none

@@ -19,7 +19,7 @@ def _run(**knowledge):
 
 def test_stilt_intermediate_from_the_same_graph_is_filtered(caplog):
     from kinject.engine import knowledge_record
-    from kinject.plugins.knowledge.provenance import example_states
+    from kinject.knowledge.provenance import example_states
 
     with caplog.at_level("INFO", logger="kinject"):
         run = _run()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import run_kinject as kinject
-from kinject.plugins.cli.app import main
+from kinject.cli.app import main
 from kinject.tasks.catalogue import DatasetInfo
 
 

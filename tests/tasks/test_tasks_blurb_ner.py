@@ -57,7 +57,7 @@ SENTENCES = [[("Familial", "O"), ("adenomatous", "B-Disease"), ("polyposis", "I-
 
 @pytest.mark.parametrize("scheme", ["BIO", "IO", "BIOUL"])
 def test_first_subtoken_labels_and_windows_map_back_to_every_word(tmp_path, tiny_model, scheme):
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
     from kinject.registry import registry
 
     write_conll(tmp_path / "data" / "ncbi_disease", SENTENCES)

@@ -82,7 +82,7 @@ def test_gad_is_reachable_as_declared_in_relation_module():
 
 
 def test_biosses_regression_pearson_and_score_range(tmp_path, tiny_model):
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     text = "pair_id\tsent1\tsent2\tscore\n" + "".join(f"p{i}\tgene {i} rises\tprotein {i} falls\t{i % 5}\n"
                                                        for i in range(5))
@@ -149,7 +149,7 @@ def test_pico_loader_sentences_overlap_and_splits(tmp_path):
 
 
 def test_pico_word_f1_from_predicted_tags(tmp_path, tiny_model):
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     root = write_ebm(tmp_path / "ebm_nlp_2_00", DOCS, "train")
     write_ebm(root, DOCS, "test/gold")
@@ -194,7 +194,7 @@ def test_blurb_score_is_macro_over_task_types_and_names_missing():
 
 @pytest.mark.slow
 def test_blurb_group_runs_available_members_and_skips_missing(tmp_path, tiny_model, capsys):
-    from kinject.plugins.cli.app import main
+    from kinject.cli.app import main
 
     text = "pair_id\tsent1\tsent2\tscore\n" + "".join(f"p{i}\tgene {i}\tprotein {i}\t{i % 5}\n" for i in range(6))
     write_splits(tmp_path / "data" / "biosses", text)

@@ -155,7 +155,7 @@ def test_medquad_candidates_hard_negatives_and_source_split(tmp_path):
 
 @pytest.mark.slow
 def test_hpo_default_and_zero_shot_settings(tmp_path, capr_dir):
-    from kinject.plugins.knowledge.sources.hpo import iter_terms
+    from kinject.knowledge.sources.hpo import iter_terms
 
     data = tmp_path / "nodata"
     env = env_for(tmp_path, data)

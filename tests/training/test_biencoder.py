@@ -79,7 +79,7 @@ def cosines(model_dir: str, first: list[str], second: list[str]) -> np.ndarray:
 
 def bi_model(tiny_model: str, objective: str, frozen: bool = False):
     from kinject.api import Head
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
     from kinject.tasks import biencoder
 
     outputs = 1 if objective == "regression" else 2
@@ -92,7 +92,7 @@ def scores(model, tokenizer, first: list[str], second: list[str]) -> np.ndarray:
     from transformers import DataCollatorWithPadding
 
     from kinject.tasks import biencoder
-    from kinject.plugins.training.prediction import predict_here
+    from kinject.training.prediction import predict_here
 
     return predict_here(model, biencoder.pack(tokenizer, first, second, 64), DataCollatorWithPadding(tokenizer), 4)
 

@@ -1,4 +1,4 @@
-"""Defaults that learn on a new task (the training library's decisions): a small train split chooses the task's alternatives by
+"""Defaults that learn on a new task (kinject.defaults): a small train split chooses the task's alternatives by
 cross-validation on it; a dev split too small to rank keeps the last weights; a classifier gets a head rate."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ def test_a_small_pair_set_chooses_its_encoder_by_cross_validation_on_train(tmp_p
     info = json.loads((out / "run.json").read_text())
     chosen = info["chosen"]
     assert set(chosen["chosen"]) == {"task.encoder"} and len(chosen["scores"]) == 2
-    assert chosen["fold_runs"] == 10 and chosen["seconds"] > 0 and chosen["implementation"].startswith("decisions")
+    assert chosen["fold_runs"] == 10 and chosen["seconds"] > 0
+    assert info["decided_by"]["chosen"] == "kinject.defaults.choose"
     best = max(chosen["scores"], key=lambda s: s["pearson"])["settings"]
     assert chosen["chosen"] == best and info["spec"]["task"]["encoder"] == best["task.encoder"]
     assert info["defaults"]["training.selection"].startswith("last: the dev split has 16 examples, fewer than 32 units")
@@ -45,7 +46,7 @@ def test_rules_fill_what_nobody_set_and_say_why(tmp_path, textcls_dir, tiny_mode
     assert run.spec.training.selection == "last" and "16 examples" in run.defaults["training.selection"]
     assert run.spec.training.head_learning_rate is None  # the head-rate rule is off until checked beyond its tasks
     assert "training.head_learning_rate" not in run.defaults
-    ruled = prepare(build_spec({**base, "hooks": {"decisions": {"head_rate": True}}}))
+    ruled = prepare(build_spec({**base, "defaults": {"head_rate": True}}))
     assert ruled.spec.training.head_learning_rate == pytest.approx(1e-2)
     assert "found on ChemProt, DDI and HoC" in ruled.defaults["training.head_learning_rate"]
     mine = prepare(build_spec({**base, "training": {"selection": "best", "head_learning_rate": 1e-3}}))
@@ -54,8 +55,8 @@ def test_rules_fill_what_nobody_set_and_say_why(tmp_path, textcls_dir, tiny_mode
 
 
 def test_an_all_categorical_sweep_space_is_a_grid(tmp_path):
-    from kinject.plugins.evidence.study import sampler_for
-    from kinject.plugins.evidence.sweep import load_space
+    from kinject.experiments.study import sampler_for
+    from kinject.experiments.sweep import load_space
 
     space_file = tmp_path / "space.yaml"
     space_file.write_text("task.encoder: [cross, bi, bi-frozen]\ntraining.learning_rate: [1.0e-5, 5.0e-5]\n")
@@ -71,10 +72,10 @@ def test_an_all_categorical_sweep_space_is_a_grid(tmp_path):
     assert len({tuple(sorted(t.params.items())) for t in study.trials}) == 6  # every combination, none twice
 
 
-def test_folds_are_drawn_by_the_fold_hook_and_key_every_fold_run(tmp_path, textcls_dir, tiny_model):
-    """The kernel applies a fold; the training library draws it (kinject_fold), grouped and stratified; its module
-    is in a fold run's key (and in no other run's); a tryfirst plugin that draws folds otherwise is used instead."""
-    from kinject.api import build_spec, hookimpl, plan, plugin_manager, prepare
+def test_folds_are_grouped_stratified_and_key_every_fold_run(tmp_path, textcls_dir, tiny_model):
+    """The kernel applies a fold to every task's examples (kinject.splits.fold_of): disjoint, every label in the
+    held-out fold; the module that draws folds is in a fold run's key, and in no other run's."""
+    from kinject.api import build_spec, plan, prepare
 
     spec = {"model": {"name": "tiny", "max_length": 32}, "task": {"name": "textcls", "path": str(textcls_dir)},
             "cache_dir": str(tmp_path / "cache"), "recommended": False, "choose": False}
@@ -84,20 +85,5 @@ def test_folds_are_drawn_by_the_fold_hook_and_key_every_fold_run(tmp_path, textc
     dev, rest = folded.task.examples("dev", folded.env), folded.task.examples("train", folded.env)
     assert len(dev) + len(rest) == len(train) and not {e["id"] for e in dev} & {e["id"] for e in rest}
     assert {e["label"] for e in dev} == {e["label"] for e in train}  # stratified: every label in the held-out fold
-    records = {p.stage.name: p.record for p in plan(folded)}
-    assert "kinject.plugins.training.folds" in records["finetune"]["code"]
-    assert "kinject.plugins.training.folds" not in plan(whole)[0].record["code"]
-
-    class EveryKth:
-        @hookimpl(tryfirst=True)
-        def kinject_fold(self, examples, fold, held_out):
-            return [ex for i, ex in enumerate(examples) if (i % fold[1] == fold[0]) == held_out]
-
-    plugin = EveryKth()
-    plugin_manager().register(plugin, name="every-kth")
-    try:
-        other = prepare(build_spec({**spec, "fold": "1/4/3"}))
-        assert other.task.examples("dev", other.env) == train[1::4]
-        assert __name__ in plan(other)[0].record["code"]  # the replacement's module keys its fold runs
-    finally:
-        plugin_manager().unregister(plugin)
+    assert "fold_of" in str(plan(folded)[0].record["code"])
+    assert "fold_of" not in str(plan(whole)[0].record["code"])

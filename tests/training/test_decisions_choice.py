@@ -1,5 +1,4 @@
-"""The automatic decisions (the training library's `decisions` hook plugin, called by the kernel's one path
-kinject.api.prepare_runs): fold runs are plain fine-tunes keeping their last weights, whatever the run's strategy
+"""The automatic choice (kinject.defaults.choose, in the one path every entry point takes: kinject.api.prepare_runs): fold runs are plain fine-tunes keeping their last weights, whatever the run's strategy
 and sources; a split too small for the folds skips the choice in one announced line; KINJECT_CHOOSE is read
 strictly; a tie keeps the run's default and no value is shown as None; the cost is counted and recorded."""
 
@@ -54,6 +53,7 @@ def test_fold_runs_are_plain_finetunes_keeping_the_last_weights_for_every_knowle
     with selection=last even when the user asked for best; one progress line per fold run; a tie keeps the
     run's default, shown by its value, never None; the cost is recorded."""
     import kinject.api as api
+    import kinject.engine as engine
 
     data = write_labelled(tmp_path / "d141", three_labels(141), n_eval=30)
     seen: list = []
@@ -62,12 +62,12 @@ def test_fold_runs_are_plain_finetunes_keeping_the_last_weights_for_every_knowle
         seen.append(run)
         return {"dev": {"accuracy": 0.5}}
 
-    monkeypatch.setattr(api, "execute", fake_execute)
+    monkeypatch.setattr(engine, "execute", fake_execute)
     bases = []
     for name, extra in strategy_extras(tmp_path).items():
         spec = base_spec(tmp_path, data, **{"strategy": {"name": name}, **extra})
         spec["training"] = {"selection": "best"}
-        spec["hooks"]["decisions"] = {"folds": 3}
+        spec["defaults"] = {"folds": 3}
         said: list[str] = []
         seen.clear()
         shutil.rmtree(tmp_path / "cache" / "choices", ignore_errors=True)  # the same fold runs: a cached choice
@@ -82,7 +82,7 @@ def test_fold_runs_are_plain_finetunes_keeping_the_last_weights_for_every_knowle
         assert run.chosen["tie"] and run.chosen["chosen"] == {"training.head_learning_rate": None}  # the default: the encoder's rate
         assert "None" not in "\n".join(said) and "(the encoder's rate)" in "\n".join(said)
         chose = [line for line in said if ": chose " in line]
-        assert len(chose) == 1 and "a tie" in chose[0] and run.chosen["implementation"].startswith("decisions (")
+        assert len(chose) == 1 and "a tie" in chose[0] and run.decided_by["chosen"] == "kinject.defaults.choose"
         bases.append(json.dumps(seen[0].spec.model_dump(mode="json", exclude={"strategy"}), sort_keys=True,
                                 default=str))
     assert len(set(bases)) == 1  # the same plain fine-tune whatever the strategy
@@ -127,7 +127,7 @@ def test_the_rare_class_and_two_example_splits_run_to_the_end(tmp_path, tiny_mod
                                        ("1", True), ("true", True), ("yes", True), ("ON", True)])
 def test_kinject_choose_is_read_strictly(monkeypatch, value, on):
     from kinject.api import build_spec
-    from kinject.plugins.training.decisions import enabled
+    from kinject.defaults import choice_enabled as enabled
 
     monkeypatch.setenv("KINJECT_CHOOSE", value)
     assert enabled(build_spec({"model": {"name": "tiny"}})) is on
@@ -181,7 +181,7 @@ def test_knowledge_strategies_run_to_the_end_with_the_choice_on(shared_141, tiny
     capsys.readouterr()
     assert run_kinject("run", strategy, "--task", "textcls", "--set", f"task.path={shared_141['data']}", "--model",
                        "tiny", "--set", f"sources={sources}", "--set", "protocol=quick", "--set", "choose=true",
-                       "--set", "training.max_steps=2", "--set", "hooks.decisions.folds=2", "--set",
+                       "--set", "training.max_steps=2", "--set", "defaults.folds=2", "--set",
                        "hooks.knowledge-probe.enabled=false", "--cache-dir", str(root / "cache"), "-o", str(out)) == 0
     printed = " ".join(capsys.readouterr().out.split())
     chosen = json.loads((out / "run.json").read_text())["chosen"]

@@ -12,7 +12,7 @@ def test_mean_pooling_ignores_padding_and_survives_save_and_load(tmp_path, tiny_
     from transformers import AutoModel, AutoTokenizer
 
     from kinject.interfaces import Head
-    from kinject.plugins.training import build_task_model, load_task_model
+    from kinject.training import build_task_model, load_task_model
 
     head = Head("sequence", 2, labels=("a", "b"))
     model = build_task_model(tiny_model, head, seed=0, pooling="mean").eval()
@@ -40,7 +40,7 @@ def test_mean_pooling_ignores_padding_and_survives_save_and_load(tmp_path, tiny_
 
 def test_pooling_is_a_keyed_model_option(tmp_path, textcls_dir, tiny_model):
     from kinject import keys, preparation
-    from kinject.spec_input import build_spec
+    from kinject.spec_reading import build_spec
 
     def key(pooling):
         spec = build_spec({"task": {"name": "textcls", "path": str(textcls_dir)},

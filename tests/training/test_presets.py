@@ -1,12 +1,12 @@
-"""The settings a run starts from (a strategy's protocol, a task's recommended values) are the training library's
-policy: the kernel asks ``kinject_start_settings`` in ``prepare``; a plugin's tryfirst implementation replaces it, and
-run.json's ``decided_by`` names the implementation that applied them."""
+"""The settings a run starts from (a strategy's protocol, a task's recommended values, the precision): applied in
+``prepare`` by kinject.defaults.start_settings to the fields the spec leaves, announced, and recorded in run.json
+(``decided_by`` names the function)."""
 
 from __future__ import annotations
 
 
-def test_the_protocol_is_applied_by_the_training_library_and_a_plugin_replaces_it(tmp_path, textcls_dir, tiny_model):
-    from kinject.api import build_spec, hookimpl, plugin_manager, prepare
+def test_the_protocol_is_applied_to_the_fields_the_user_left_and_recorded(tmp_path, textcls_dir, tiny_model):
+    from kinject.api import build_spec, prepare
 
     data = {"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)}, "protocol": "quick",
             "training": {"learning_rate": 1e-4}, "cache_dir": str(tmp_path)}
@@ -14,21 +14,7 @@ def test_the_protocol_is_applied_by_the_training_library_and_a_plugin_replaces_i
     assert run.protocol == {"training.max_steps": 30} and run.spec.training.max_steps == 30
     assert "max_steps" in run.spec.training.model_fields_set  # a protocol's fields count as set: no recommended value
     assert run.spec.training.learning_rate == 1e-4  # the user's own setting is kept
-    assert run.decided_by["presets"].startswith("decisions ")
-
-    class AsWritten:
-        @hookimpl(tryfirst=True)
-        def kinject_start_settings(self, spec):
-            return spec, {}
-
-    manager = plugin_manager()
-    manager.register(AsWritten(), name="as-written")
-    try:
-        plain = prepare(build_spec(data))
-        assert plain.protocol == {} and plain.recommended == {} and "presets" not in plain.decided_by
-        assert plain.spec.training.max_steps == build_spec(data).training.max_steps
-    finally:
-        manager.unregister(name="as-written")
+    assert run.decided_by["presets"] == "kinject.defaults.start_settings"
 
 
 def test_protocol_kinject_and_recommended_false_apply_nothing(tmp_path, textcls_dir, tiny_model):
@@ -41,7 +27,7 @@ def test_protocol_kinject_and_recommended_false_apply_nothing(tmp_path, textcls_
 
 def test_a_task_groups_members_apply_their_own_recommended_values():
     from kinject.api import build_spec
-    from kinject.plugins.training.presets import start_settings
+    from kinject.defaults import start_settings
 
     spec, settled = start_settings(build_spec({"task": {"name": "blurb"}}))
     assert settled["protocol"] == {} and settled["recommended"] == {}
@@ -76,7 +62,7 @@ def test_bfloat16_where_the_device_computes_it_natively_is_a_decision_announced_
     """training.bf16 unset: on where the device computes bfloat16 natively - a departure from float32 that changes the
     numbers, so it is said and recorded (run.json ``defaults``); off elsewhere; a value the user sets is kept."""
     from kinject.api import build_spec
-    from kinject.plugins.training import presets
+    from kinject import defaults as presets
 
     monkeypatch.setattr(presets, "native_bf16", lambda: True)
     spec, settled = presets.start_settings(build_spec({}))

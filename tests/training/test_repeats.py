@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kinject.plugins.training import seed_stats, summarize_seeds
+from kinject.evidence import seed_stats, summarize_seeds
 
 
 def test_summarize_seeds_mean_sample_std_and_common_metrics_only():

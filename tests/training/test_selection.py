@@ -1,4 +1,4 @@
-"""Model selection on dev while fine-tuning (kinject.plugins.training.selection) and budgets that belong to each
+"""Model selection on dev while fine-tuning (kinject.training.selection) and budgets that belong to each
 stage."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from helpers import run_kinject as kinject
 
 def tiny_classifier(tiny_model):
     from kinject.api import Head
-    from kinject.plugins.training import build_task_model
+    from kinject.training import build_task_model
 
     return build_task_model(tiny_model, Head(kind="sequence", num_labels=2, labels=("bio", "other")), seed=0)
 
 
 def features(tiny_model, n=32):
-    from kinject.plugins.training import load_tokenizer
+    from kinject.api import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model)
     texts = ["gene expression in tumor cells", "the cat sat on the mat"] * (n // 2)
@@ -44,7 +44,7 @@ def test_best_on_dev_is_kept_and_the_curve_recorded(tmp_path, tiny_model):
     import torch
 
     from kinject.api import TrainingSpec
-    from kinject.plugins.training import train
+    from kinject.training import train
 
     rows, collator = features(tiny_model)
     scorer, seen = scripted([0.5, 0.9, 0.7])
@@ -63,7 +63,7 @@ def test_best_on_dev_is_kept_and_the_curve_recorded(tmp_path, tiny_model):
 
 def test_patience_stops_training_and_last_keeps_the_final_weights(tmp_path, tiny_model):
     from kinject.api import TrainingSpec
-    from kinject.plugins.training import train
+    from kinject.training import train
 
     rows, collator = features(tiny_model)
     scorer, _ = scripted([0.8, 0.6, 0.5, 0.4, 0.3])
@@ -158,8 +158,8 @@ def test_the_evaluation_reuses_the_selected_model_s_dev_logits_and_they_equal_a_
     second time, and they are what predicting with the saved model gives."""
     import numpy as np
 
-    from kinject.plugins.training import evaluate_model
-    from kinject.plugins.training.stages import load_scored
+    from kinject.training import evaluate_model
+    from kinject.training.stages import load_scored
 
     out, cache = tmp_path / "run", tmp_path / "cache"
     assert kinject("run", "finetune", "--task", "textcls", "--model", "tiny", "--set", f"task.path={textcls_dir}",
@@ -167,7 +167,7 @@ def test_the_evaluation_reuses_the_selected_model_s_dev_logits_and_they_equal_a_
                    "--set", "training.selection=best", "-o", str(out)) == 0
     finetune = next((cache / "stages" / "finetune").glob("*/stage.json")).parent
     evaluate = next((cache / "stages" / "evaluate").glob("*/stage.json"))
-    from kinject.plugins.training import EvaluateConfig
+    from kinject.training import EvaluateConfig
 
     cfg = EvaluateConfig.model_validate(json.loads(evaluate.read_text())["config"])
     scored = load_scored(finetune, cfg)
@@ -186,8 +186,8 @@ def test_the_evaluation_reuses_the_selected_model_s_dev_logits_and_they_equal_a_
 def test_a_fine_tune_that_saves_another_model_than_it_trained_leaves_no_dev_logits(tmp_path, textcls_dir, tiny_model):
     """A subclass whose model/ is not the model in memory (its own save_model, a model transform, peft merged) must
     be scored from what it saved."""
-    from kinject.plugins.training import FinetuneConfig
-    from kinject.plugins.training.stages import _saves_what_it_trains
+    from kinject.training import FinetuneConfig
+    from kinject.training.stages import _saves_what_it_trains
 
     class Saving(FinetuneConfig):
         def save_model(self, model, tokenizer, folder, ctx):
@@ -206,7 +206,7 @@ def test_only_the_current_best_weights_are_kept_while_training(tmp_path, tiny_mo
     """A rising dev curve must not leave one weights file per improvement on the disk (a K=20 MoP model: ~100 MB
     each) until the next checkpoint."""
     from kinject.api import TrainingSpec
-    from kinject.plugins.training import train
+    from kinject.training import train
 
     rows, collator = features(tiny_model)
     work = tmp_path / "work"
@@ -226,7 +226,7 @@ def test_only_process_zero_writes_the_best_weights(tmp_path, tiny_model):
     can tear it, so only process 0 writes (the others read it after a barrier at the end of training)."""
     from types import SimpleNamespace
 
-    from kinject.plugins.training.selection import DevSelection
+    from kinject.training.selection import DevSelection
 
     model = tiny_classifier(tiny_model)
     for zero, work in ((False, tmp_path / "rank1"), (True, tmp_path / "rank0")):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kinject.errors import SpecError
-from kinject.plugins.training import apply_overrides, load_yaml
-from kinject.spec_input import build_spec
+from kinject.api import apply_overrides, load_yaml
+from kinject.spec_reading import build_spec
 
 
 def test_defaults_and_overrides_are_typed():

@@ -12,7 +12,7 @@ def test_training_overrides_replace_only_the_fields_they_set():
     import pydantic
 
     from kinject.api import TrainingSpec
-    from kinject.plugins.training import TrainingOverrides, finetune_training
+    from kinject.training import TrainingOverrides, finetune_training
 
     base = TrainingSpec(epochs=1, learning_rate=1e-4, head_learning_rate=2e-2, limit=10, eval_splits=["test"])
     stage = TrainingOverrides(epochs=2, head_learning_rate=1e-3).apply(base)
@@ -27,11 +27,9 @@ def test_training_overrides_replace_only_the_fields_they_set():
 
 def test_a_method_stage_resets_the_fine_tuning_only_settings_and_takes_its_own_budget():
     from kinject.api import TrainingSpec
-    from kinject.plugins.training import FINETUNING_ONLY, method_stage_training
+    from kinject.training import FINETUNING_ONLY, method_stage_training
 
     base = TrainingSpec(head_learning_rate=1e-3, patience=2, min_steps=50, limit=10, learning_rate=1e-4)
     stage = method_stage_training(base, epochs=4, batch_size=8)
     assert {name: getattr(stage, name) for name in FINETUNING_ONLY} == FINETUNING_ONLY
     assert (stage.epochs, stage.batch_size, stage.learning_rate, stage.limit) == (4, 8, 1e-4, None)
-    with pytest.warns(DeprecationWarning, match="moved in kinject 0.1.0"):
-        assert base.for_method_stage(epochs=4, batch_size=8) == stage  # the old method, served one release

@@ -1,4 +1,4 @@
-"""Token-budget batching (kinject.plugins.training.token_budget_batches) and KIMERA's ``kg_token_budget``: every row
+"""Token-budget batching (kinject.training.token_budget_batches) and KIMERA's ``kg_token_budget``: every row
 once per epoch, no batch over its budget, seeded, and the retraining's dose still counts the rows it took."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kinject.plugins.training import length_grouped_batches, token_budget_batches
+from kinject.training import length_grouped_batches, token_budget_batches
 
 
 def test_every_row_once_and_no_batch_over_its_budget():
@@ -36,7 +36,7 @@ def test_seeded_and_a_row_over_the_budget_stands_alone():
 def kimera_config(**options):
     from kinject.plugins.kimera.strategy import KimeraStrategy
     from kinject.spec import PluginRef
-    from kinject.spec_input import validate_plugin_config
+    from kinject.spec_reading import validate_plugin_config
 
     return validate_plugin_config(KimeraStrategy, PluginRef(name="kimera", **options), "strategy")
 
@@ -58,12 +58,12 @@ def test_kimera_token_budget_is_a_config_field_and_an_unset_one_keeps_the_keys()
 def test_retraining_with_a_token_budget_counts_the_rows_it_took(tmp_path, tiny_model):
     """A short retraining under a token budget: fewer steps than 4-row batches, and the consumed rows (the dose)
     are exactly the rows of the batches the Trainer took."""
-    from kinject.plugins.training import load_encoder, load_tokenizer
+    from kinject.api import load_encoder, load_tokenizer
     from kinject.interfaces import Environment
     from kinject.plugins.kimera.multitask import KG_TASKS
     from kinject.plugins.kimera.retrain import kg_batches, retrain
-    from kinject.plugins.knowledge.kg.data import KGDataConfig, build_kg_data
-    from kinject.plugins.knowledge.sources.triples import TriplesSource
+    from kinject.knowledge.kg.data import KGDataConfig, build_kg_data
+    from kinject.knowledge.sources.triples import TriplesSource
     from kinject.spec import TrainingSpec
 
     words = ["disease", "gene", "protein", "cell", "drug", "cancer", "chemical", "treatment", "dose", "patients"]

@@ -6,8 +6,8 @@ import random
 
 import torch
 
-from kinject.plugins.training import PaddingCounter
-from kinject.plugins.training.batching import LengthBucketSampler
+from kinject.training import PaddingCounter
+from kinject.training.batching import LengthBucketSampler
 
 
 def _batches(indices, size):
@@ -53,7 +53,7 @@ def test_bf16_prediction_keeps_the_head_in_float32_and_stays_close(tiny_model, t
     ranking orders do not tie at bf16's ~3 digits), and the head's forward restored afterwards."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
-    from kinject.plugins.training import float32_head, predict
+    from kinject.training import float32_head, predict
 
     torch.manual_seed(0)
     model = AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=3).eval()
@@ -85,7 +85,7 @@ def test_a_float32_trainer_after_a_bf16_one_does_not_autocast(tiny_model, tmp_pa
     from accelerate.state import AcceleratorState
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
-    from kinject.plugins.training import predict
+    from kinject.training import predict
 
     AcceleratorState._reset_state()  # as in a fresh process whose first Trainer is a bf16 one
     monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
@@ -110,7 +110,8 @@ def test_tokens_collated_in_worker_processes_are_counted_and_never_reach_the_mod
     from transformers import DataCollatorWithPadding
 
     from kinject.api import Head, TrainingSpec
-    from kinject.plugins.training import build_task_model, load_tokenizer, train
+    from kinject.training import build_task_model, train
+    from kinject.api import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model)
     texts = [("gene " * (1 + i % 7)).strip() for i in range(24)]
@@ -129,7 +130,7 @@ def test_compile_reaches_the_trainer_and_does_not_outlive_it(tmp_path, monkeypat
     import os
 
     from kinject.api import TrainingSpec
-    from kinject.plugins.training import training_arguments
+    from kinject.training import training_arguments
 
     monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND", raising=False)
     assert training_arguments(TrainingSpec(compile=True), tmp_path, 0).torch_compile

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kinject.api import StageContext
-from kinject.plugins.training import FinetuneConfig
+from kinject.training import FinetuneConfig
 
 
 class FrozenEmbeddingsConfig(FinetuneConfig):

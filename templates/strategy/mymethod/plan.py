@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from kinject.api import SpecError, Stage
-from kinject.plugins.evidence import compare_stage
-from kinject.plugins.training import evaluate_stage, finetune_stage
+from kinject.evidence import compare_stage
+from kinject.training import evaluate_stage, finetune_stage
 
 from .config import MyMethodConfig
 from .freeze import FrozenEmbeddingsConfig

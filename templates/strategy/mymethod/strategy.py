@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kinject.api import Stage, Strategy
-from kinject.plugins.training import evaluate_stage, finetune_stage
+from kinject.training import evaluate_stage, finetune_stage
 
 from .config import MyMethodConfig
 from .plan import Resolved, method_stages, report_stages, resolve

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from kinject.api import PluginConfig, Stage, Strategy
-from kinject.plugins.training import FinetuneConfig, finetune_body
+from kinject.training import FinetuneConfig, finetune_body
 
 
 class EchoFinetuneConfig(FinetuneConfig):
@@ -28,7 +28,7 @@ class EchoStrategy(Strategy):
         note: str = Field("hello", description="Written into the stage output, to prove config reaches stages.")
 
     def stages(self, run):
-        from kinject.plugins.training import evaluate_stage, finetune_stage
+        from kinject.training import evaluate_stage, finetune_stage
 
         base = finetune_stage(run)
         config = EchoFinetuneConfig(**dict(base.config), note=self.config.note)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from kinject.api import Stage, Strategy
-from kinject.plugins.training import evaluate_stage, finetune_stage
-from kinject.plugins.knowledge import missing_mlm_head, mlm_model_ref, mlm_stage, pack_stage, triples_source
+from kinject.training import evaluate_stage, finetune_stage
+from kinject.knowledge import missing_mlm_head, mlm_model_ref, mlm_stage, pack_stage, triples_source
 
 from .config import KgTextConfig
 from .stages import CoverageConfig, VerbaliseConfig

@@ -1,0 +1,83 @@
+"""Adds the knowledge probe to every run with a task (``hooks.knowledge-probe.enabled=false`` leaves it out).
+
+The knowledge library's hook plugin (entry point ``kinject.hooks``: ``knowledge-probe``): every run with a task and
+an evaluate stage gets the probe's stages (:mod:`kinject.knowledge.probe`) after the strategy's, whatever
+the strategy (a third party's too). Its settings are its own (:class:`Config`, the spec's
+``hooks.knowledge-probe``)."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import Field
+
+from kinject.api import PluginConfig, PluginRef, Stage, hookimpl
+from kinject.training import EvaluateConfig
+
+NAME = "knowledge-probe"  # the entry point's name: the spec's hooks.knowledge-probe
+BASE_STAGE = "probe-base"
+PROBE_STAGE = "probe"
+
+
+class Config(PluginConfig):
+    """The knowledge probe's settings (``hooks.knowledge-probe`` in a spec)."""
+
+    enabled: bool = Field(default_factory=lambda: os.environ.get("KINJECT_PROBE", "1") not in ("0", "false", "no"),
+                          description="Add the knowledge probe to a run with a task and an evaluate stage: the run's "
+                          "final encoder and the base model scored the same way on held-out knowledge-graph facts. "
+                          "Unset: on, unless KINJECT_PROBE=0.")
+    source: PluginRef | None = Field(None, description="The graph the probe asks about (a triples source, e.g. "
+                                     "{name: hpo, include: [isa]}). Unset: the run's first triples source, else the "
+                                     "HPO is-a graph; `kinject grid` gives every arm of a task the graph its "
+                                     "knowledge arms inject, so all are probed on the same facts.")
+
+
+def probe_source(run):
+    """The graph the probe asks about, as a stage config holds it: ``hooks.knowledge-probe.source``, else the run's
+    first triples source, else the HPO is-a graph (SpecError naming the field for a bad one)."""
+    from kinject.api import SpecError, registry, validate_plugin_config
+
+    ref = run.hook_settings(NAME).source
+    if ref is None:
+        triples = [s for s in run.sources if s.kind == "triples"]
+        if triples:
+            return run.source_ref(triples[0])
+        ref = PluginRef(name="hpo", include=["isa"])
+    cls = registry("sources").get(ref.name)
+    source = cls(validate_plugin_config(cls, ref, f"hooks.{NAME}.source"))
+    if source.kind != "triples":
+        raise SpecError(f"hooks.{NAME}.source: {ref.name!r} is a {source.kind} source; the probe asks about a graph")
+    source.check(run.env)
+    return run.source_ref(source)
+
+
+def probe_stages(run, **settings) -> list[Stage]:
+    """``probe-base`` (the base model) and ``probe`` (the model the run's last evaluate stage scores, loaded by that
+    stage's config) for a prepared run; [] when it has no evaluate stage. ``settings``: fields of
+    :class:`kinject.knowledge.probe.ProbeSettings` (train_pairs, test_pairs, seed, max_length,
+    regularization)."""
+    from kinject.knowledge.probe import (PREDICTIONS_FILE, PROBE_FILE, BaseProbeConfig, ProbeConfig,
+                                                 ProbeSettings)
+
+    evaluated = [stage for stage in run.stages if isinstance(stage.config, EvaluateConfig)]
+    if not evaluated:
+        return []
+    last = evaluated[-1]
+    probe = ProbeSettings(source=probe_source(run), **settings)
+    # the base model as the probe reads it: names cut to the probe's length, the task's pooling plays no part
+    base_model = run.model_ref().model_copy(update={"max_length": probe.max_length, "pooling": "mean"})
+    from kinject.knowledge.probe import base_probe_body, probe_body
+
+    return [Stage(name=BASE_STAGE, body=base_probe_body, config=BaseProbeConfig(model=base_model, probe=probe)),
+            Stage(name=PROBE_STAGE, body=probe_body,
+                  config=ProbeConfig(evaluate=last.config, probe=probe, base_stage=BASE_STAGE),
+                  inputs=(last.config.model_stage, BASE_STAGE), artifacts=(PROBE_FILE, PREDICTIONS_FILE),
+                  code=last.code, libraries=last.libraries)]
+
+
+@hookimpl
+def kinject_extra_stages(run):
+    """The probe's stages for a run with a task (and an evaluate stage) unless its settings turn it off."""
+    if run.task is None or not run.hook_settings(NAME).enabled:
+        return None
+    return probe_stages(run)

@@ -1,0 +1,1 @@
+"""Built-in knowledge sources (registered through the ``kinject.knowledge.sources`` entry points)."""

@@ -1,1 +1,0 @@
-"""Built-in knowledge sources (registered through the ``kinject.plugins.knowledge.sources`` entry points)."""

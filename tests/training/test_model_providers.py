@@ -1,0 +1,73 @@
+"""Model names are the plugin kind ``kinject.models``: a provider adds a name (where its weights are, what identifies
+them); the kernel still refuses an unsafe local folder, whoever named it; a name nobody registers is a local folder
+or a hub id; a provider that fails to load stops ``prepare`` with one line naming it, before any stage."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kinject.api import KinjectError, ModelProvider, PluginLoadError, model_fingerprint, registry, resolve_model
+
+
+@pytest.fixture
+def named(tmp_path, tiny_model):
+    """A provider of the name ``mine``: one folder, identified as ``mine:v7``."""
+    folder = tmp_path / "mine"
+    shutil.copytree(tiny_model, folder)
+
+    class Mine(ModelProvider):
+        def resolve(self, cache_dir: Path) -> str:
+            return str(folder)
+
+        def fingerprint(self, path, revision):
+            return "mine:v7"
+
+    models = registry("models")
+    models.register("mine", Mine)
+    yield folder
+    models._extra.pop("mine", None)
+    models.refresh()
+
+
+def test_a_provider_adds_a_model_name_and_the_built_in_names_still_answer(named, cache_dir, tiny_model):
+    assert resolve_model("mine", cache_dir) == str(named)
+    assert model_fingerprint("mine", str(named), None) == "mine:v7"
+    assert resolve_model("tiny", cache_dir) == tiny_model and model_fingerprint("tiny", tiny_model, None) == "tiny:v1"
+    assert model_fingerprint(str(named), str(named), None).startswith("dir:")  # a folder by path: its files
+    assert resolve_model("org/some-model", cache_dir) == "org/some-model"  # nobody's name: a hub id
+    assert model_fingerprint("org/some-model", "org/some-model", "abc") == "hub:org/some-model@abc"
+
+
+def test_the_kernel_refuses_pickled_weights_in_a_folder_a_provider_named(named, cache_dir):
+    import torch
+
+    (named / "model.safetensors").unlink()
+    torch.save({"weights": torch.zeros(2), "hook": subprocess.Popen}, named / "pytorch_model.bin")
+    with pytest.raises(KinjectError, match="safe loader"):
+        resolve_model("mine", cache_dir)
+
+
+def test_a_broken_built_in_provider_stops_prepare_in_one_line_before_any_stage(tmp_path, textcls_dir, monkeypatch):
+    """The failure the hooks had: with the `tiny` provider broken, `prepare` used to pass (taking `tiny` for a hub id,
+    every key changed) and the run failed inside its first stage. Now it is a load error naming the provider."""
+    from importlib.metadata import EntryPoint
+
+    from kinject.api import build_spec, prepare
+
+    models = registry("models")
+    models.refresh()
+    real = models._entry_points()
+    broken = EntryPoint(name="tiny", value="kinject.training.no_such_module:TinyModel", group="kinject.models")
+    monkeypatch.setattr(models, "_eps", {**real, "tiny": broken})
+    spec = build_spec({"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
+                       "cache_dir": str(tmp_path / "cache")})
+    with pytest.raises(PluginLoadError) as caught:
+        prepare(spec)
+    line = str(caught.value)
+    assert "\n" not in line and "model 'tiny'" in line and "no_such_module" in line
+    assert not (tmp_path / "cache" / "stages").exists()
+    models.refresh()

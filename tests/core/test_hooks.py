@@ -1,4 +1,5 @@
-"""Hook plugins: loaded through pluggy; a broken one is skipped with a WARNING naming it, once per process."""
+"""Hook plugins: six specs, loaded through pluggy; a broken outside one is skipped with a WARNING naming it, once per
+process; a broken one of kinject's own stops `prepare`."""
 
 from __future__ import annotations
 
@@ -57,3 +58,41 @@ def test_broken_hook_plugin_warns_once_and_the_others_load(hook_dist):
     from kinject.registry import registry
 
     assert registry("hooks").origin("watcher")[1] == "kinject-hook-plugins"  # one table, as every kind
+
+
+def test_six_hook_specs_each_a_place_where_many_plugins_contribute():
+    from kinject.hooks import HookSpecs
+
+    specs = sorted(name for name in vars(HookSpecs) if name.startswith("kinject_"))
+    assert specs == ["kinject_extra_stages", "kinject_metrics_logged", "kinject_run_end", "kinject_run_start",
+                     "kinject_stage_end", "kinject_stage_start"]
+
+
+def test_a_broken_built_in_hook_plugin_stops_prepare_in_one_line(tmp_path, textcls_dir, tiny_model, monkeypatch):
+    """One of kinject's own hook plugins that fails to load is a load error before any stage (an outside observer is
+    skipped, above): `prepare` does not pass without it."""
+    from importlib.metadata import EntryPoint
+
+    import kinject.hooks as hooks
+    from kinject.api import PluginLoadError, build_spec, prepare
+    from kinject.registry import registry
+
+    plugins = registry("hooks")
+    plugins.refresh()
+    real = plugins._entry_points()
+    broken = EntryPoint(name="knowledge-probe", value="kinject.knowledge.no_such_module", group="kinject.hooks")
+    broken = broken._for(real["knowledge-probe"].dist) if hasattr(broken, "_for") else broken
+    monkeypatch.setattr(plugins, "_eps", {**real, "knowledge-probe": broken})
+    monkeypatch.setattr(plugins, "origin", lambda name: ("x", "kinject", "0.1.0") if name == "knowledge-probe"
+                        else type(plugins).origin(plugins, name))
+    monkeypatch.setattr(hooks, "_MANAGER", None)
+    spec = build_spec({"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
+                       "cache_dir": str(tmp_path / "cache")})
+    with pytest.raises(PluginLoadError) as caught:
+        prepare(spec)
+    line = str(caught.value)
+    assert "\n" not in line and "'knowledge-probe'" in line and "kinject's own" in line
+    assert not (tmp_path / "cache" / "stages").exists()
+    monkeypatch.undo()
+    plugins.refresh()
+    hooks.plugin_manager(reload=True)

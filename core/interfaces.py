@@ -363,7 +363,8 @@ class Stage:
     inputs: tuple[str, ...] = ()
     produces_model: bool = False
     artifacts: tuple[str, ...] = ()  # files/folders of the stage output copied into the run directory
-    code: tuple[str, ...] = ()  # modules to fingerprint besides the body's own import closure
+    published: tuple[str, ...] = ()  # of those, the ones a run publishes beside its model (`kinject push`)
+    code: tuple[str, ...] = ()  # modules whose every definition the stage's key holds, besides what its body names
     libraries: tuple[str, ...] = ("torch", "transformers", "tokenizers")  # their versions go into the key
     spread: bool = False  # under torchrun/accelerate launch, consecutive spread stages are shared out over the
     #                       processes, each running in a fresh single-process worker (e.g. MoP's adapters)
@@ -409,7 +410,10 @@ class Strategy(Component):
     @classmethod
     def shared_files(cls, run_dir: Path, info: dict) -> dict[str, Path]:
         """What a run of this strategy publishes (e.g. on the Hugging Face Hub: `kinject push`): repository path ->
-        local file or folder. Default: the run's ``model/`` at the top level. ``info`` is the run's run.json."""
-        model, adapter = Path(run_dir) / "model", Path(run_dir) / "peft-adapter"
+        local file or folder. Default: the run's ``model/`` at the top level, and what its stages publish beside it
+        (``Stage.published``, run.json ``published``). ``info`` is the run's run.json."""
+        model = Path(run_dir) / "model"
         files = {path.name: path for path in sorted(model.iterdir())} if model.is_dir() else {}
-        return {**files, **({"peft-adapter": adapter} if adapter.is_dir() else {})}  # a peft run's adapter too
+        extra = {name: Path(run_dir) / name for name in info.get("published") or [] if isinstance(name, str)
+                 and "/" not in name and name not in ("..", ".") and (Path(run_dir) / name).exists()}
+        return {**files, **extra}

@@ -158,7 +158,8 @@ def finetune_stage(run, name: str = "finetune", init_from: str | None = None, ta
                             training=finetune_training(training or run.spec.training), seed=run.spec.seed,
                             init_from=init_from)
     return Stage(name=name, body=finetune_body, config=config, inputs=(init_from,) if init_from else (),
-                 produces_model=True, artifacts=("peft-adapter",) if config.training.peft else ())
+                 produces_model=True, artifacts=("peft-adapter",) if config.training.peft else (),
+                 published=("peft-adapter",) if config.training.peft else ())
 
 
 # -- evaluation ------------------------------------------------------------------------------------- #

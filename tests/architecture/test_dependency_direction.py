@@ -5,7 +5,7 @@ ends (docs/architecture.md, "Layers").
   the contract never a library);
 * a method imports no other method;
 * a method (and an outside plugin) enters a library through its front door (``from kinject.knowledge import
-  build_kg_data``), never one of its modules;
+  build_kg_data``), never one of its modules, and reaches the kernel through ``kinject.api``;
 * a name imported from ``kinject.api`` counts as an import of the module that defines it.
 
 Every import statement counts (also those inside functions, but not those under ``if TYPE_CHECKING:``), and so do
@@ -151,6 +151,8 @@ def rule_broken(module: str, target: str, entered: str, doors: dict[str, dict[st
         return f"the {mine} layer imports nothing of the {theirs} layer"
     if mine == "methods" and any(under(entered, lib) for lib in LIBRARIES) and entered not in doors:
         return "a method enters a library through its front door"
+    if mine == "methods" and theirs in ("contract", "engine") and "kinject.api" not in (entered, target):
+        return "a method reaches the kernel through kinject.api"
     return None
 
 

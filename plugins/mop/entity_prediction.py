@@ -23,7 +23,7 @@ from kinject.api import ModelRef, NOT_KEYED, StageConfig, StageContext, Training
 from kinject.training import plain
 from kinject.tasks import masked_mean
 
-from .part_adapters import adapter_encoder, adapter_name, base_digest, saved_adapter_digest
+from .part_adapters import AdapterSettings, adapter_encoder, adapter_name, base_digest, saved_adapter_digest
 from .partition import KGSettings, kg_columns, kg_data
 
 log = logging.getLogger("kinject")
@@ -241,7 +241,7 @@ class PartAdapterConfig(StageConfig):
     kg: KGSettings
     partition_stage: str  # the input stage whose partition.json / partition.safetensors say which rows are part i
     part: int
-    adapter: dict  # the resolved adapters config (AdapterConfig.to_dict())
+    adapter: AdapterSettings  # the resolved adapters config (AdapterConfig.to_dict(), checked by the library)
     training: TrainingSpec
     seed: int
     heldout_fraction: float

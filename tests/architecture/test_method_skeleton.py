@@ -32,8 +32,6 @@ except ImportError:  # Python 3.10
 BASELINE = {"finetune", "evaluate"}  # the shared baseline: the finetune strategy's own stages and keys
 PROBE = {"probe-base", "probe"}  # the knowledge probe's stages, added by a hook
 TEMPLATE = ROOT / "templates" / "strategy"
-#: methods another change brings to this rule; their tests are expected to fail until it lands (remove the name then)
-RESTRUCTURING = {"context", "doktra", "finetune", "mop", "pretrain", "stilt"}
 
 
 def registered(pyproject: Path) -> dict[str, str]:
@@ -64,10 +62,9 @@ NAME, FOLDER, PACKAGE, TARGET = template_method()
 EVERY = {**METHODS, NAME: (FOLDER, PACKAGE, TARGET)}
 
 
-def each_method():
-    """The methods as test parameters, those of RESTRUCTURING expected to fail."""
-    return [pytest.param(name, marks=pytest.mark.xfail(reason="restructured to this rule by another change"))
-            if name in RESTRUCTURING else name for name in sorted(EVERY)]
+def each_method() -> list[str]:
+    """Every built-in method and the template, as test parameters."""
+    return sorted(EVERY)
 
 
 def modules(name: str) -> list[tuple[Path, str, ast.Module]]:
@@ -104,7 +101,6 @@ def template_on_path(monkeypatch):
 
 def test_every_built_in_method_is_found():
     assert set(METHODS) >= {"finetune", "kimera", "mop", "doktra", "stilt", "pretrain", "context"}
-    assert RESTRUCTURING <= set(METHODS)  # no expectation for a method that is gone
 
 
 @pytest.mark.parametrize("name", each_method())

@@ -41,6 +41,7 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.io": ("bounded_lines", "capped", "file_digest", "iter_lines", "line_cap", "open_text"),  # the line reader
     "kinject.files": ("FAULTS", "atomic_directory", "atomic_file", "atomic_write_text", "check_weights",
                       "check_writable", "weights_problem"),  # FAULTS: errno -> the one line a disk fault reads as
+    "kinject.records": ("read_record", "read_run"),  # a file kinject wrote for itself, read back like user input
     # processes, plugins, hooks
     "kinject.distributed": ("barrier", "check_fence", "is_main_process", "rank", "world_size"),
     "kinject.registry": ("BASE_CLASSES", "GROUPS", "SINGULAR", "registry"),  # the plugin kinds

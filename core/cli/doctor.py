@@ -7,6 +7,8 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
+from kinject.cli.printing import safe
+
 
 def _bf16_line() -> str:
     """Whether training.bf16 (autocast) is on by default here, and the CPU instruction sets behind that."""
@@ -31,7 +33,7 @@ def doctor():
     from kinject.api import GROUPS, __version__, default_cache_dir, default_data_dir, offline, registry
     from kinject.cli.describe import plugin_infos
 
-    console = Console()
+    console = safe(Console())
     table = Table(title="environment", title_justify="left", show_header=False)
     table.add_row("kinject", __version__)
     table.add_row("python", sys.version.split()[0])

@@ -40,10 +40,12 @@ def pipe_console(console=None):
 
     from rich.console import Console
 
+    from kinject.cli.printing import safe
+
     console = console or Console()
     if console.is_terminal or "COLUMNS" in os.environ or console.file not in (sys.stdout, sys.stderr):
-        return console  # a terminal, a width asked for, or a console writing elsewhere (a file, a recording)
-    return Console(file=console.file, width=100_000)
+        return safe(console)  # a terminal, a width asked for, or a console writing elsewhere (a file, a recording)
+    return safe(Console(file=console.file, width=100_000))
 
 
 def print_plugins(kind: str | None = None, check: bool = False, console=None) -> None:

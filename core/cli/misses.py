@@ -3,7 +3,6 @@ record (what its key hashes) and the record of any cached run of the same stage.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +45,12 @@ def record_differences(old: dict, new: dict, modules: dict[str, list[str]] | Non
 
 def explain_miss(planned: Any, cache_dir: Path) -> str:
     """Why a stage is not cached: the fewest differences to any cached run of the same stage."""
+    from kinject.cache import read_stage_info
+
     best: list[str] | None = None
     for path in (Path(cache_dir) / "stages" / planned.stage.name).glob("*/stage.json"):
-        try:
-            old = json.loads(path.read_text()).get("record")
-        except (OSError, ValueError):
-            continue
-        if not old:
+        old = (read_stage_info(path.parent) or {}).get("record")  # a damaged stage.json tells nothing
+        if not isinstance(old, dict) or not old:
             continue
         diffs = record_differences(old, planned.record, planned.code_modules)
         if diffs and (best is None or len(diffs) < len(best)):

@@ -168,11 +168,11 @@ def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]
     ctx = StageContext(name=stage.name, key=key, out=partial / "out", work=partial / "work",
                        inputs={name: stage_dirs[name] for name in stage.inputs}, resume=run.resume,
                        cache_dir=run.env.cache_dir, offline=run.env.offline)
+    fresh_held_out_views(stage.config)  # what held_out_record counts is this body's reading (a worker's: none here)
     try:
         if alone:
             _run_in_worker(stage, ctx)
         else:
-            fresh_held_out_views(stage.config)
             stage.body(stage.config, ctx)
         sync()
         if main:

@@ -9,7 +9,6 @@ functions work without pytest too.
 from __future__ import annotations
 
 import json
-import os
 import random
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,17 +85,10 @@ if pytest is not None:
         """A stage cache of the test session's own, offline (:func:`offline_environment`); set for every run the
         session starts, in-process or as a subprocess, and the previous environment restored at its end."""
         cache = tmp_path_factory.mktemp("kinject-cache")
-        values = offline_environment(cache)
-        before = {key: os.environ.get(key) for key in values}
-        os.environ.update(values)
-        try:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in offline_environment(cache).items():
+                patch.setenv(key, value)
             yield cache
-        finally:
-            for key, value in before.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
     @pytest.fixture(scope="session")
     def kinject_tiny_model(kinject_cache) -> str:

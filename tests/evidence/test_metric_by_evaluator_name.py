@@ -7,34 +7,19 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
-from evidence_runs import classification_records, make_run
+from evidence_runs import brier_evaluator, classification_records, make_run
 from helpers import one_line_error, run_kinject
-from kinject.api import Evaluator, KinjectError, PluginConfig
+from kinject.api import KinjectError
 from kinject.testing import registered
 
 
-class Brier(Evaluator):
-    """Macro Brier score of softmax probabilities (lower is better)."""
-
-    needs = ("scores",)
-
-    class Config(PluginConfig):
-        pass
-
-    def metric_names(self):
-        return ["brier_macro"]
+class Brier(brier_evaluator()):
+    """The Brier score, declared lower-is-better."""
 
     def greater_is_better(self, metric):
         return False
-
-    def compute(self, references, predictions, scores=None, labels=None, **kwargs):
-        s = np.asarray(scores, dtype=float)
-        p = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
-        y = np.array([[r == label for label in labels] for r in references], dtype=float)
-        return {"brier_macro": float(((p - y) ** 2).mean())}
 
 
 class Both(Brier):

@@ -2,26 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
-
-def write_textcls(folder: Path, n_train: int = 48, n_eval: int = 16, seed: int = 0) -> Path:
-    """A small, learnable two-class JSONL dataset (train/dev/test.jsonl with ``text`` and ``label``)."""
-    rng = random.Random(seed)
-    bio = ["gene expression increased in tumor cells", "the drug dose reduced symptoms",
-           "protein level rose after treatment", "patients with the disease had risk"]
-    other = ["the weather was cold today", "we went to the market", "a cat sat on the mat",
-             "trains run late on sunday"]
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, n in (("train", n_train), ("dev", n_eval), ("test", n_eval)):
-        with open(folder / f"{split}.jsonl", "w", encoding="utf-8") as handle:
-            for i in range(n):
-                label = "bio" if i % 2 == 0 else "other"
-                text = rng.choice(bio if label == "bio" else other)
-                handle.write(json.dumps({"text": text, "label": label}) + "\n")
-    return folder
+from kinject.testing import write_textcls  # noqa: F401  (the data a plugin package's tests use too)
 
 
 def write_kg(path: Path, clusters: int = 3, size: int = 8, rows: int = 40, seed: int = 0) -> Path:

@@ -41,6 +41,10 @@ LONG_EPOCHS, LONG_PATIENCE = 10, 3  # a large training split without recommended
 ON, OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
+#: how ``decided_by[field]`` starts for a setting a hook plugin decided: ``hook plugin NAME: module.function``
+HOOK_PLUGIN = "hook plugin "
+
+
 def by(function: Callable) -> str:
     """How run.json's ``decided_by`` names a decision: its function."""
     return f"{function.__module__}.{function.__qualname__}"
@@ -293,7 +297,9 @@ def announce_defaults(run: "RunContext", announce: Callable[[str], None]) -> Non
         announce(f"task {run.task.name}: recommended settings {', '.join(f'{k}={v}' for k, v in run.recommended.items())}"
                  " (set any of them to override; --set recommended=false for none)")
     for name, why in run.defaults.items():
-        announce(f"{name}={why} (set it to override)")
+        decider = run.decided_by.get(name, "")
+        credit = decider.partition(":")[0] + "; " if decider.startswith(HOOK_PLUGIN) else ""
+        announce(f"{name}={why} ({credit}set it to override)")
     if "exclude" in run.decided_by and run.holdout is not None:
         splits = run.spec.knowledge.exclude
         announce(f"knowledge.exclude=[{', '.join(splits)}]: {run.holdout.facts} facts (head-tail name pairs; "

@@ -20,7 +20,8 @@ from typing import Any, Callable
 
 PROMISE = "docs/plugins.md#the-promise"
 #: The modules a plugin imports kinject through (their exports are the public API; every other module is internal)
-PUBLIC = ("kinject", "kinject.api", "kinject.tasks", "kinject.training", "kinject.knowledge", "kinject.evidence")
+PUBLIC = ("kinject", "kinject.api", "kinject.tasks", "kinject.training", "kinject.knowledge", "kinject.evidence",
+          "kinject.testing")
 
 
 class KinjectDeprecationWarning(DeprecationWarning):

@@ -33,6 +33,7 @@ from kinject.preparation import resolved_spec
 
 
 log = logging.getLogger("kinject")
+details = logging.getLogger("kinject.details")  # the run log only: the console shows the dose once, under the table
 
 
 # -- keys and the plan ------------------------------------------------------------------------- #
@@ -114,7 +115,7 @@ def execute_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str,
         metrics = {**state["metrics"], **{k: v for k, v in state["sections"].items() if k not in state["metrics"]}}
         dose = combine_doses([(r["name"], Path(r["dir"])) for r in records])
         if dose is not None:  # what the run's knowledge-consuming stages consumed
-            log.info("%s", dose_line(dose))
+            details.info("%s", dose_line(dose))
             metrics["dose"] = dose
         state["wall_seconds"] = round(time.perf_counter() - started, 3)
         if folder is not None:

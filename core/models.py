@@ -36,6 +36,10 @@ class ModelProvider:
             return str(path.resolve())
         if self.name.startswith((".", "/", "~")):
             raise KinjectError(f"model {self.name!r}: no such directory")
+        close = near_misses(self.name)
+        if close:
+            raise SpecError(f"model.name: {self.name!r} is neither a model name kinject knows, a local folder nor a "
+                            f"model in the local Hugging Face cache. Did you mean {' or '.join(map(repr, close))}?")
         return self.name  # a hub id; from_pretrained honours HF_HUB_OFFLINE
 
     def fingerprint(self, path: str, revision: str | None) -> str:
@@ -58,6 +62,25 @@ class ModelProvider:
             return load_tokenizer(ref.path, revision=ref.revision)
         return load_encoder(ref.path, revision=ref.revision, attn_implementation=ref.attn_implementation,
                             layers=ref.layers)
+
+
+def near_misses(name: str) -> list[str]:
+    """The registered model names ``name`` is a near miss of (``minilmm``: ``minilm``), when it is no hub id with an
+    owner (``org/model``) and not in the local Hugging Face cache; [] otherwise."""
+    import difflib
+
+    from kinject.registry import registry
+
+    close = difflib.get_close_matches(name, registry("models").names(), n=2, cutoff=0.8)
+    if not close or "/" in name:
+        return []
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json")
+    except ValueError:  # not a valid repository id at all
+        cached = None
+    return [] if isinstance(cached, str) else close
 
 
 def provider(name: str) -> ModelProvider:

@@ -158,13 +158,31 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     with plugin_code("strategies", strategy):
         run.resolved = strategy.validate(run)
         run.stages = strategy.stages(run)
-    for extra in run.hooks().kinject_extra_stages(run=run):  # e.g. the knowledge probe, for every strategy
-        run.stages.extend(extra or [])
+    run.stages.extend(_extra_stages(run))  # e.g. the knowledge probe, for every strategy
     if run.holdout is not None:  # every source of every stage, the defaults a strategy builds itself included
         run.stages = [dataclasses.replace(stage, config=_holding_out(stage.config, run.holdout))
                       for stage in run.stages]
     _check_stages(run)
     return run
+
+
+def _extra_stages(run: RunContext) -> list:
+    """The stages hook plugins add (``kinject_extra_stages``), asked one plugin at a time in pluggy's order. A setting
+    a plugin decides for the user (an entry it adds to or changes in ``run.defaults``) is credited to it:
+    ``decided_by[field]``."""
+    from kinject import defaults
+    from kinject.hooks import plugin_manager
+
+    manager = plugin_manager()
+    stages: list = []
+    for impl in reversed(manager.hook.kinject_extra_stages.get_hookimpls()):
+        others = [plugin for name, plugin in manager.list_name_plugin() if name != impl.plugin_name]
+        before = dict(run.defaults)
+        for extra in manager.subset_hook_caller("kinject_extra_stages", remove_plugins=others)(run=run):
+            stages.extend(extra or [])
+        for name in [name for name, why in run.defaults.items() if before.get(name) != why]:
+            run.decided_by[name] = f"{defaults.HOOK_PLUGIN}{impl.plugin_name}: {defaults.by(impl.function)}"
+    return stages
 
 
 def _check_task_kind(strategy: Strategy, task: Task, env: Environment) -> None:

@@ -287,5 +287,33 @@ class SourceRef(Ref):
         return Environment(data_dir=Path(self.data_dir), cache_dir=env.cache_dir, offline=env.offline)
 
 
+def source_refs_in(value: Any) -> list["SourceRef"]:
+    """The :class:`SourceRef` s inside a stage config, at any depth (fields, lists, tuples, dicts)."""
+    if isinstance(value, SourceRef):
+        return [value]
+    if isinstance(value, BaseModel):
+        return [ref for name in type(value).model_fields for ref in source_refs_in(getattr(value, name))]
+    if isinstance(value, (list, tuple)):
+        return [ref for item in value for ref in source_refs_in(item)]
+    if isinstance(value, dict):
+        return [ref for item in value.values() for ref in source_refs_in(item)]
+    return []
+
+
+def fresh_held_out_views(config: BaseModel) -> None:
+    """Forget the held-out views the config's sources built before (another stage's reading): what
+    :func:`held_out_removed` then counts is this stage body's."""
+    for ref in source_refs_in(config):
+        ref._held = None
+
+
+def held_out_removed(config: BaseModel) -> int | None:
+    """What the hold-out removed from the sources the stage body read since :func:`fresh_held_out_views` (triples, or
+    text statements; each source's last pass): None when it read no held-out source."""
+    read = [ref._held for ref in source_refs_in(config) if ref._held is not None and (ref._held.removed or
+                                                                                       ref._held.kept)]
+    return sum(view.removed for view in read) if read else None
+
+
 InputTransform.model_rebuild()
 TaskRef.model_rebuild()

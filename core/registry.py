@@ -102,10 +102,20 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(set(self._entry_points()) | set(self._extra))
 
-    def register(self, name: str, obj: Any) -> None:
-        """Register an object in-process (tests, notebooks). Entry points are the normal path."""
+    def register(self, name: str, obj: Any) -> Any:
+        """Register an object in-process (tests, notebooks); returns the in-process object it replaces (None: none).
+        Entry points are the normal path."""
         with self._lock:
+            replaced = self._extra.get(name)
             self._extra[name] = obj
+            self._loaded.pop(name, None)
+            _NAMES.clear()
+        return replaced
+
+    def unregister(self, name: str) -> None:
+        """Forget an in-process registration of ``name`` (an entry point of that name serves it again)."""
+        with self._lock:
+            self._extra.pop(name, None)
             self._loaded.pop(name, None)
             _NAMES.clear()
 

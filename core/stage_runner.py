@@ -23,6 +23,7 @@ from kinject.errors import Interrupted, KinjectError
 from kinject.files import discard, filesystem_fault
 from kinject.interfaces import Stage, StageContext
 from kinject.keys import PlannedStage, plan
+from kinject.refs import fresh_held_out_views, held_out_removed
 
 if TYPE_CHECKING:  # pragma: no cover
     from kinject.context import RunContext
@@ -167,6 +168,7 @@ def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]
     ctx = StageContext(name=stage.name, key=key, out=partial / "out", work=partial / "work",
                        inputs={name: stage_dirs[name] for name in stage.inputs}, resume=run.resume,
                        cache_dir=run.env.cache_dir, offline=run.env.offline)
+    fresh_held_out_views(stage.config)  # what held_out_record counts is this body's reading (a worker's: none here)
     try:
         if alone:
             _run_in_worker(stage, ctx)
@@ -180,6 +182,7 @@ def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]
                     "seconds": round(time.perf_counter() - start, 3), "rank": rank(),
                     "flops": stage_flops(stage.config, run),  # what --dry-run's estimates learn from
                     "files": file_records(partial / "out")}
+            info.update(held_out_record(stage, ctx))  # what the hold-out removed from its knowledge (the dose's)
             (partial / "out" / "stage.json").write_text(json.dumps(info, indent=2, default=str))
             _finish(partial / "out", folder)
             shutil.rmtree(partial, ignore_errors=True)
@@ -194,6 +197,21 @@ def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]
             shutil.rmtree(partial, ignore_errors=True)  # a full disk gets its room back
         raise fault from None
     sync()
+
+
+def held_out_record(stage: Stage, ctx: StageContext) -> dict:
+    """stage.json's ``held_out``: the most triples or text statements the hold-out removed from the knowledge the
+    stage's output derives from - the sources its body read, and its inputs' (their stage.json); {} for none."""
+    from kinject.records import read_record
+
+    counts = [held_out_removed(stage.config)]
+    for folder in ctx.inputs.values():
+        try:
+            counts.append(read_record(Path(folder) / "stage.json").get("held_out"))
+        except KinjectError:  # an input's record is checked where it is used; here it only adds a count
+            continue
+    counts = [c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c >= 0]
+    return {"held_out": max(counts)} if counts else {}
 
 
 def _finish(out: Path, folder: Path) -> None:

@@ -21,6 +21,8 @@ class TextClsConfig(PairTaskConfig):
     label_field: str = Field("label", description="Column holding the label.")
     multi_label: bool = Field(False, description="Labels are several per example, joined by label_separator.")
     label_separator: str = Field(",", description="Separator of labels when multi_label (TSV or strings).")
+    group_field: str | None = Field(None, description="Column naming the unit an example belongs to (a document, a "
+                                    "patient): examples of one group are resampled, limited and folded together.")
 
 
 class TextClassificationTask(SequenceClassificationTask):
@@ -90,6 +92,9 @@ class TextClassificationTask(SequenceClassificationTask):
                       "label": self._label(row, path, number), "where": f"{path}:{number}"}
                 if cfg.text_pair_field:
                     ex["text_pair"] = text_field(row, cfg.text_pair_field, path, number)
+                if cfg.group_field:
+                    ex["group"] = text_field(row, cfg.group_field, path, number)
                 out.append(ex)
-            self._cache[split] = out[: env.limit] if env.limit else out
+            limit = env.limit if not cfg.group_field else None  # groups: the kernel keeps the first --limit whole
+            self._cache[split] = out[:limit] if limit else out
         return self._cache[split]

@@ -24,6 +24,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # one compute thread per worker (and 
     torch.set_num_threads(1)
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: the example plugin packages' own tests run in their own pytest session (tests/third_party/test_third_party.py)
+collect_ignore_glob = ["third_party/plugins/*"]
 
 
 @pytest.fixture(autouse=True)

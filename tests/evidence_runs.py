@@ -41,3 +41,32 @@ def classification_records(n: int, correct: int, offset: int = 0) -> list[dict]:
 
 def accuracy(records: list[dict]) -> float:
     return sum(r["gold"] == r["pred"] for r in records) / len(records)
+
+
+def brier_evaluator():
+    """A third party's evaluator needing the scores: the macro Brier score of softmax probabilities (lower is
+    better; it refuses to run without the scores)."""
+    import numpy as np
+
+    from kinject.api import Evaluator, PluginConfig
+
+    class Brier(Evaluator):
+        """Macro Brier score of softmax probabilities (lower is better)."""
+
+        needs = ("scores",)
+
+        class Config(PluginConfig):
+            pass
+
+        def metric_names(self):
+            return ["brier_macro"]
+
+        def compute(self, references, predictions, scores=None, labels=None, **kwargs):
+            if scores is None:
+                raise ValueError(f"brier needs the logits; got {sorted(kwargs)}")
+            s = np.asarray(scores, dtype=float)
+            p = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
+            y = np.array([[r == label for label in labels] for r in references], dtype=float)
+            return {"brier_macro": float(((p - y) ** 2).mean())}
+
+    return Brier

@@ -43,6 +43,7 @@ def compare(runs: List[str] = typer.Argument(..., help="Run directories, --repea
     from kinject.api import KinjectError
     from kinject.evidence.bootstrap import INTERVALS
     from kinject.evidence.comparison import compare_runs, print_comparison
+    from kinject.evidence.metrics import metric_keys
     from kinject.evidence.runs import find_runs
 
     if method.lower() not in ("percentile", "basic", "bca"):
@@ -60,8 +61,9 @@ def compare(runs: List[str] = typer.Argument(..., help="Run directories, --repea
     from kinject.evidence.runs import short_names
 
     short_names(sets)
-    result = compare_runs(sets, split, metric, n_resamples=resamples, confidence=confidence, seed=seed,
-                          method=method, interval=interval)
+    keys = metric_keys(metric, [s.first.task_spec for s in sets]) if metric else None  # an evaluator: its metrics
+    result = compare_runs(sets, split, keys, n_resamples=resamples, confidence=confidence, seed=seed, method=method,
+                          interval=interval)
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
@@ -79,8 +81,11 @@ def report(runs: List[str] = typer.Argument(..., help="Run directories, --repeat
            seed: int = typer.Option(0, "--seed", help="Seed of the resampling"),
            debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """One page (Markdown + self-contained HTML): runs, metrics, comparisons, paper figures, plots, commands."""
+    from kinject.evidence.metrics import metric_keys
     from kinject.evidence.report import build_report
+    from kinject.evidence.runs import find_runs
 
-    done = build_report(runs, output, split, metric, n_resamples=resamples, seed=seed)
+    keys = metric_keys(metric, [s.first.task_spec for s in find_runs(runs, groups=True)]) if metric else None
+    done = build_report(runs, output, split, keys, n_resamples=resamples, seed=seed)
     console.print(f"report of {done['runs']} run(s), {done['comparisons']} comparison(s), {done['plots']} plot(s): "
                   f"{done['markdown']}, {done['html']}", highlight=False)

@@ -83,7 +83,7 @@ def run(strategy: str, task: str | None = None, model: str | None = None, *, ove
             node = node.setdefault(part, {})
         node[parts[-1]] = str(value) if isinstance(value, Path) else value
     runs, out = prepared(build_spec(data), repeats, resume=resume, command=["kinject.run", strategy])
-    return RunResult(execute_runs(runs, out), out)
+    return RunResult(execute_runs(runs, out, warn_compared=True), out)
 
 
 def prepared(spec: Any, repeats: int, *, resume: bool, command: list[str],
@@ -102,9 +102,12 @@ def prepared(spec: Any, repeats: int, *, resume: bool, command: list[str],
     return runs, out
 
 
-def execute_runs(runs: list, out: Path, announce: Callable[[str], None] | None = None) -> dict:
+def execute_runs(runs: list, out: Path, announce: Callable[[str], None] | None = None,
+                 warn_compared: bool = False) -> dict:
     """Run prepared runs into ``out``: one run's metrics, or over several seeds their summary (mean ± std). Then say
-    which of the run folders learned nothing on test (:func:`learned_nothing`), as a warning."""
+    which of the run folders learned nothing on test (:func:`learned_nothing`), as a warning. One run with a paired
+    comparison is left to its comparison section, which names each such system beside the verdict (`kinject run`
+    prints it), unless ``warn_compared`` (a caller that prints no section: :func:`run`): each fact is said once."""
     import logging
 
     from kinject.api import execute, is_main_process
@@ -112,23 +115,36 @@ def execute_runs(runs: list, out: Path, announce: Callable[[str], None] | None =
 
     metrics = execute(runs[0], out) if len(runs) == 1 else execute_repeats(runs, out)
     if is_main_process():
-        for folder, why in learned_nothing(out).items():
+        for folder, why in learned_nothing(out, compared=warn_compared).items():
             (announce or logging.getLogger("kinject").warning)(
                 f"warning: {folder} learned nothing on test: {why} (a comparison with it says nothing; "
                 "docs/evidence.md)")
     return metrics
 
 
-def learned_nothing(out: Path) -> dict[str, str]:
+def learned_nothing(out: Path, compared: bool = True) -> dict[str, str]:
     """Run folder -> why its model learned nothing on test (the evidence library's check: a constant predictor, or a
     score that does not beat the constant baseline of the gold labels), for a run, each seed of ``--repeats`` and
-    each member of a task group; {} when every one learned something."""
+    each member of a task group; {} when every one learned something. ``compared=False``: {} for one run whose
+    metrics hold a paired comparison (its section names what learned nothing, beside the verdict)."""
     from kinject.evidence import run_not_learned
 
     out = Path(out)
     folders = sorted(p.parent for p in out.glob("*/run.json")) or [out]
+    if not compared and folders == [out] and _compared(out):
+        return {}
     flags = {str(folder): run_not_learned(folder) for folder in folders}
     return {folder: flag["reason"] for folder, flag in flags.items() if flag and flag.get("reason")}
+
+
+def _compared(folder: Path) -> bool:
+    """Whether a run folder's metrics.json holds a paired comparison (a ``comparison`` section)."""
+    from kinject.api import KinjectError, read_record
+
+    try:
+        return isinstance(read_record(Path(folder) / "metrics.json").get("comparison"), dict)
+    except KinjectError:
+        return False
 
 
 def load(run_dir) -> Any:

@@ -8,6 +8,7 @@ evaluator declares its names (``Evaluator.metric_names``), so a third party's ev
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -51,7 +52,51 @@ def define(key: str, refs: Iterable[Any] = (), labels: Iterable[str] = ()) -> Me
         except Exception:  # noqa: BLE001 - as above
             continue
     raise KinjectError(f"metric {key!r} cannot be recomputed from predictions: no evaluator reports it"
-                       + (f" (the task reports {', '.join(known)})" if known else ""))
+                       + _known_names(key, known, evaluators.names()))
+
+
+def _known_names(key: str, metrics: list[str], evaluators: list[str]) -> str:
+    """The hint of an unknown metric: a near name, the task's metrics and the evaluators' entry-point names."""
+    import difflib
+
+    close = difflib.get_close_matches(key, [*metrics, *evaluators], n=2, cutoff=0.6)
+    hint = f". Did you mean {' or '.join(map(repr, dict.fromkeys(close)))}?" if close else ""
+    known = [f"the task reports {', '.join(metrics)}"] if metrics else []
+    known += [f"evaluators by entry-point name: {', '.join(evaluators)}"] if evaluators else []
+    return f"{hint} (-m takes a metric or an evaluator; {'; '.join(known)})" if known else hint
+
+
+def metric_keys(names: Iterable[str], task_specs: Iterable[dict] = ()) -> list[str]:
+    """``-m`` names as metric keys: a metric stays itself; the entry-point name of a registered evaluator that is no
+    metric becomes the metrics that evaluator reports, under the options each task gives it (``task_specs``: run.json
+    ``spec.task`` entries; ``f1`` -> ``f1_macro``), else under its defaults (``brier`` -> ``brier_macro``). A name that
+    is neither stays, for :func:`define` to refuse with what is known."""
+    specs = {json.dumps(spec, sort_keys=True, default=str): spec for spec in task_specs if spec}
+    out: list[str] = []
+    for spec in list(specs.values()) or [None]:
+        refs = task_metric_refs(build_task(spec)) if spec else []
+        out += [key for name in names for key in _keys_of(name, refs) if key not in out]
+    return out
+
+
+def _keys_of(name: str, refs: list) -> list[str]:
+    """The metric keys one ``-m`` name stands for, given a task's evaluator list ``refs``."""
+    from kinject.api import registry
+
+    try:
+        define(name, refs)
+        return [name]
+    except KinjectError:
+        pass
+    evaluators = registry("evaluators")
+    if name not in evaluators.names():
+        return [name]
+    try:
+        cls = evaluators.get(name)
+        built = [ref.build() for ref in refs if ref.name == name] or [cls(cls.Config())]
+        return [key for evaluator in built for key in evaluator.metric_names()] or [name]
+    except Exception:  # noqa: BLE001 - an evaluator that does not load names no metric here
+        return [name]
 
 
 def task_metric_refs(task: Any) -> list:

@@ -10,6 +10,7 @@ from kinject.api import RUN_METRICS_FILE, Stage, StageConfig, StageContext, Task
 from kinject.training import plain
 
 log = logging.getLogger("kinject")
+details = logging.getLogger("kinject.details")  # the run log only: the console says it once, under the verdict
 
 
 class CompareConfig(StageConfig):
@@ -44,7 +45,7 @@ def compare_body(cfg: CompareConfig, ctx: StageContext) -> None:
                                                        (cfg.labels[1], flags.get("other"))])
     for label, flag in ((cfg.labels[0], flags.get("baseline")), (cfg.labels[1], flags.get("other"))):
         if flag:
-            log.warning("%s learned nothing: %s", label, describe(flag))
+            details.warning("%s learned nothing: %s", label, describe(flag))
     if is_main_process():
         (ctx.out / "comparison.json").write_text(json.dumps(result, indent=2))
         (ctx.out / RUN_METRICS_FILE).write_text(json.dumps({"comparison": result}, indent=2))

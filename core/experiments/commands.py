@@ -251,6 +251,21 @@ def grid_status(file: Path = _GRID_FILE, output: Optional[Path] = _GRID_OUT, set
     console.print(f"{counts(found)} ({loaded.output})", highlight=False)
 
 
+def leaderboard_metric(name: str | None, cells: list) -> str | None:
+    """``--metric`` of a leaderboard as a metric key: an evaluator's entry-point name becomes the one metric it reports
+    on the grid's tasks (:func:`kinject.evidence.metrics.metric_keys`); one that reports several is refused."""
+    from kinject.api import KinjectError
+    from kinject.evidence.metrics import metric_keys
+
+    if not name:
+        return None
+    keys = metric_keys([name], [cell.data.get("task") for cell in cells])
+    if len(keys) > 1:
+        raise KinjectError(f"--metric {name}: evaluator {name!r} reports {', '.join(keys)} here; a leaderboard ranks "
+                           "one: name it")
+    return keys[0]
+
+
 @grid.command("report")
 def grid_report(file: Path = _GRID_FILE, output: Optional[Path] = _GRID_OUT, sets: Optional[List[str]] = _GRID_SETS,
                 split: Optional[str] = typer.Option(None, "--split", help="Split compared (default: the file's, "
@@ -267,6 +282,7 @@ def grid_report(file: Path = _GRID_FILE, output: Optional[Path] = _GRID_OUT, set
 
     loaded, cells = _load(file, output, sets, data_dir=data_dir, cache_dir=cache_dir)
     found = states(cells)
-    board = build_leaderboard(loaded, cells, found, split, metric, n_resamples=resamples, seed=seed)
+    board = build_leaderboard(loaded, cells, found, split, leaderboard_metric(metric, cells), n_resamples=resamples,
+                              seed=seed)
     print_leaderboard(board, loaded.file.baseline, console)
     console.print(f"{counts(found)}; leaderboard: {board['markdown']}, {board['html']}", highlight=False)

@@ -42,8 +42,9 @@ def write_dose(folder: Path, *, unit: str, covered: np.ndarray, seen: int, rows_
 def combine_doses(stages: list[tuple[str, Path]]) -> dict | None:
     """The run's ``dose`` from the stages that wrote one (name, folder): totals (facts seen, rows, tokens), the
     distinct facts and digest of their union, the epochs of the largest stage (each stage's own under
-    ``stages``). None when no stage consumed knowledge."""
-    doses = []
+    ``stages``), and ``held_out``: the most triples or text statements the hold-out removed from what one of them
+    consumed (its dose's count, else its stage.json's). None when no stage consumed knowledge."""
+    doses, found = [], []
     for name, folder in stages:
         path = Path(folder) / DOSE_FILE
         if path.is_file():
@@ -51,6 +52,7 @@ def combine_doses(stages: list[tuple[str, Path]]) -> dict | None:
             facts = Path(folder) / DOSE_FACTS
             keys = np.load(facts, allow_pickle=False) if facts.is_file() else np.zeros(0, np.uint64)
             doses.append((name, dose, keys))
+            found.append((Path(folder), dose))
     if not doses:
         return None
     union = np.unique(np.concatenate([keys for _, _, keys in doses]))
@@ -68,12 +70,25 @@ def combine_doses(stages: list[tuple[str, Path]]) -> dict | None:
            if total_available else None, "rows_seen": rows_seen, "rows_total": rows_total,
            "epochs": round(rows_seen / rows_total, 6) if rows_total else 0.0, "tokens": total("tokens"),
            "digest": facts_digest(union)}
-    held = [d["held_out"] for _, d, _ in doses if d.get("held_out") is not None]
+    held = [d["held_out"] if d.get("held_out") is not None else _stage_held_out(folder) for folder, d in found]
+    held = [h for h in held if h is not None]
     if held:
         out["held_out"] = max(held)
     if len(doses) > 1:
         out["stages"] = {name: dose for name, dose, _ in doses}
     return out
+
+
+def _stage_held_out(folder: Path) -> int | None:
+    """What the hold-out removed from the knowledge a stage consumed, as the stage runner recorded it in its
+    stage.json (``held_out``: the sources it read and its inputs'); None when nothing was held out."""
+    from kinject.api import KinjectError, read_record
+
+    try:
+        held = read_record(folder / "stage.json").get("held_out")
+    except KinjectError:
+        return None
+    return held if isinstance(held, int) and not isinstance(held, bool) else None
 
 
 def dose_line(dose: dict) -> str:

@@ -199,7 +199,8 @@ def train_mlm(model, dataset, collator, training, work: Path, seed: int, stage: 
     set_seed(seed)
     counter = PaddingCounter(collator)
     args = training_arguments(training, work, seed, remove_unused_columns=False)
-    with sparse_prediction(model) if sparse else nullcontext():  # length-grouped: an order the dose reconstructs
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model: the one it wraps
+    with sparse_prediction(inner) if sparse else nullcontext():  # length-grouped: an order the dose reconstructs
         trainer = with_length_buckets(Trainer)(model=model, args=args, train_dataset=dataset, data_collator=counter,
                                                callbacks=[HookCallback(stage, None, None), EpochCallback(collator)])
         quiet_progress(trainer)

@@ -23,7 +23,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from kinject.api import ModelRef, SpecError, Stage, StageConfig, StageContext, TrainingSpec, is_main_process
+from kinject.api import ModelRef, PeftSpec, SpecError, Stage, StageConfig, StageContext, TrainingSpec, is_main_process
 from kinject.training import method_stage_training
 
 from .packing import (PACKED_FILE, TEXTS_FILE, PackConfig, mlm_model_ref, pack_stage, read_texts,  # noqa: F401
@@ -62,6 +62,7 @@ class MlmConfig(StageConfig):
     masking: MaskingConfig
     training: TrainingSpec
     seed: int
+    peft: PeftSpec | None = None
 
     def cost(self, run) -> float | None:
         """Packed sequences of ``max_length`` tokens for ``training.max_steps`` steps (None when it trains epochs of a
@@ -95,7 +96,8 @@ def mlm_stage(run, name: str, pack_stage: Stage, steps: int, learning_rate: floa
               gradient_accumulation: int = 1, warmup_ratio: float = 0.1,
               mode: Literal["head", "continual", "scratch"] = "continual", start_stage: Stage | None = None,
               scratch: dict | None = None, masking: MaskingConfig | None = None, seed: int = 0,
-              allow_random_head: bool = False, produces_model: bool = False, epochs: float | None = None) -> Stage:
+              allow_random_head: bool = False, produces_model: bool = False, epochs: float | None = None,
+              peft: PeftSpec | None = None) -> Stage:
     """A stage training a masked-LM on the sequences of ``pack_stage`` (a :func:`pack_stage`; its tokenizer and
     length are the model's). ``mode`` continual starts from the run's model, or the model of ``start_stage``
     (an MLM stage, e.g. a ``mode="head"`` fit); scratch from random weights (``scratch``: the shape).
@@ -103,14 +105,17 @@ def mlm_stage(run, name: str, pack_stage: Stage, steps: int, learning_rate: floa
     ``knowledge.epochs``, :attr:`kinject.api.RunContext.knowledge_epochs`) replaces ``steps`` by epochs of the packed
     sequences. The stage writes its dose (``dose.json``: texts and tokens consumed). Checked here (SpecError): the
     budget and masking shares, the length against the model's positions, and - continuing from the run's model -
-    an MLM head in its checkpoint (else fit one first and pass it as ``start_stage``, or ``allow_random_head``)."""
+    an MLM head in its checkpoint (else fit one first and pass it as ``start_stage``, or ``allow_random_head``).
+    ``peft`` (mode continual only) trains LoRA or IA3 adapters on the frozen model instead of every weight; ``model/``
+    holds the merged model (``init_from`` takes it as any other) and ``peft-adapter/`` the adapter. Resumes and DDP
+    are the same as without it."""
     from .masked_lm import missing_mlm_head, model_positions
 
     if not isinstance(pack_stage.config, PackConfig):
         raise TypeError(f"{name}: pack_stage must be a stage built by pack_stage(), got {pack_stage.name!r}")
     masking = masking or MaskingConfig()
     problem = _settings_problem(mode, steps, learning_rate, batch_size, gradient_accumulation, warmup_ratio, masking,
-                                start_stage is not None, bool(scratch))
+                                start_stage is not None, bool(scratch), peft is not None)
     if problem:
         raise SpecError(f"{name}: {problem}")
     pack = pack_stage.config
@@ -127,7 +132,7 @@ def mlm_stage(run, name: str, pack_stage: Stage, steps: int, learning_rate: floa
                             "first (mlm_stage(..., mode='head')) and pass it as start_stage, or allow_random_head")
     start = start_stage.name if start_stage is not None else None
     config = MlmConfig(model=model, mode=mode, scratch=shape, vocab_stage=pack.vocab_stage, start_stage=start,
-                       pack_stage=pack_stage.name, max_length=pack.max_length, masking=masking, seed=seed,
+                       pack_stage=pack_stage.name, max_length=pack.max_length, masking=masking, seed=seed, peft=peft,
                        training=mlm_training_spec(run.spec.training, steps, learning_rate, batch_size,
                                                   gradient_accumulation, warmup_ratio, epochs))
     return Stage(name=name, body=mlm_body, config=config, produces_model=produces_model,
@@ -135,7 +140,8 @@ def mlm_stage(run, name: str, pack_stage: Stage, steps: int, learning_rate: floa
 
 
 def _settings_problem(mode: str, steps: int, learning_rate: float, batch_size: int, accumulation: int,
-                      warmup_ratio: float, masking: MaskingConfig, has_start: bool, has_shape: bool) -> str | None:
+                      warmup_ratio: float, masking: MaskingConfig, has_start: bool, has_shape: bool,
+                      has_peft: bool = False) -> str | None:
     """What is wrong with an MLM stage's settings (None: nothing)."""
     if mode not in MODES:
         return f"mode {mode!r} is not one of {', '.join(MODES)}"
@@ -152,6 +158,9 @@ def _settings_problem(mode: str, steps: int, learning_rate: float, batch_size: i
         return "mode 'scratch' takes no start_stage (a from-scratch model starts from random weights)"
     if has_shape and mode != "scratch":
         return "scratch (a shape) applies to mode 'scratch' only"
+    if has_peft and mode != "continual":
+        return f"peft applies to mode 'continual' only (mode {mode!r} trains " + \
+            ("the head alone)" if mode == "head" else "every weight from random ones)")
     return None
 
 
@@ -198,9 +207,20 @@ def mlm_body(cfg: MlmConfig, ctx: StageContext) -> None:
     dataset = Dataset.from_file(str(ctx.inputs[cfg.pack_stage] / PACKED_FILE))
     collator = WholeWordMaskCollator(tokenizer, cfg.masking.probability, cfg.masking.mask_replace,
                                      cfg.masking.random_replace, seed=cfg.seed, unit=cfg.masking.unit)
-    shape = architecture(model)
+    shape = architecture(model)  # the model's own, without adapters
+    if cfg.peft is not None:
+        from kinject.training import add_peft
+
+        model = add_peft(model, cfg.peft)
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        log.info("%s: peft %s, %d trainable parameters (the model frozen)", ctx.name, cfg.peft.method, trainable)
     stats = train_mlm(model, dataset, collator, cfg.training, ctx.work, cfg.seed, ctx.name, ctx.resume)
     stats["architecture"] = shape
+    if cfg.peft is not None:
+        from kinject.training import merged
+
+        stats["trainable_parameters"] = float(sum(p.numel() for p in model.parameters() if p.requires_grad))
+        model = merged(model, ctx.out / "peft-adapter" if is_main_process() else None)
     if is_main_process():
         save_mlm(model, tokenizer, pooler, ctx.out / "model")
         if cfg.mode != "head":  # a head fit on a frozen encoder injects nothing

@@ -22,6 +22,7 @@ _EXPORTS = {  # name -> the module defining it; imported on first use, so `kinje
                   "useful_token_fraction", "with_length_buckets"),
     ".models": ("MiniLMModel", "TinyModel", "minilm_path"),
     ".loop": ("EpochCallback", "HookCallback", "last_checkpoint", "quiet_progress", "train", "training_arguments"),
+    ".peft_tuning": ("add_peft", "merged"),
     ".prediction": ("dev_scorer", "float32_head", "predict"),
     ".records": ("plain",),
     ".stages": ("EvaluateConfig", "FinetuneConfig", "evaluate_body", "evaluate_config_class", "evaluate_model",

@@ -1,6 +1,7 @@
-"""Parameter-efficient fine-tuning (``training.peft``) of the shared fine-tune body, through peft: LoRA or IA3
-adapters on the encoder, the task head trained in full (peft's ``modules_to_save``). The trained model is saved
-merged (``AutoModel.from_pretrained`` loads it as any other) with the adapter beside it."""
+"""Parameter-efficient training through peft: LoRA or IA3 adapters on the encoder. The shared fine-tune body
+(``training.peft``) trains the task head in full (peft's ``modules_to_save``); a knowledge stage (``mlm_stage(...,
+peft=)``, or a method's own body) trains the adapters only. The trained model is saved merged
+(``AutoModel.from_pretrained`` loads it as any other) with the adapter beside it."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ from kinject.api import Head, PeftSpec
 HEAD_MODULES = ("classifier", "score", "qa_outputs")  # the task heads transformers' Auto*For* classes add
 
 
-def add_peft(model, spec: PeftSpec, head: Head):
-    """``model`` wrapped by peft: only the adapters and the task head train."""
+def add_peft(model, spec: PeftSpec, head: Head | None = None):
+    """``model`` wrapped by peft: only the adapters train, and the task head of a fine-tuned model (``head``: the
+    task's). Without ``head`` (a masked-LM, a knowledge stage's model) every weight of the model is frozen."""
     from peft import IA3Config, LoraConfig, TaskType, get_peft_model
 
-    task_type = TaskType.TOKEN_CLS if head.kind == "token" else TaskType.SEQ_CLS
-    heads = [name for name in HEAD_MODULES if hasattr(model, name)]
+    if head is None:
+        task_type, heads = None, None
+    else:
+        task_type = TaskType.TOKEN_CLS if head.kind == "token" else TaskType.SEQ_CLS
+        heads = [name for name in HEAD_MODULES if hasattr(model, name)]
     if spec.method == "lora":
         config = LoraConfig(task_type=task_type, r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
                             target_modules=spec.target_modules, modules_to_save=heads)

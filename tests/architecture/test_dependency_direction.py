@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: the kernel's modules, by layer (``kinject.<module>``); everything else is placed by its package
 CONTRACT = {"api", "context", "deprecation", "distributed", "errors", "facts", "files", "fingerprint", "frontdoor",
             "hooks", "interfaces", "io", "machine", "models", "records", "refs", "registry", "spec", "spec_reading",
-            "splits"}
+            "splits", "testing"}
 ENGINE = {"cache", "choice", "defaults", "engine", "keys", "outputs", "preparation", "stage_runner", "worker"}
 LAYERS = ("contract", "tasks", "training", "knowledge", "evidence", "engine", "methods", "front ends")
 FRONT_ENDS = ("kinject.cli", "kinject.experiments", "kinject.tasks.cli", "kinject.knowledge.cli", "kinject.__main__")

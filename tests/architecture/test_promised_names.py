@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FRONT_DOORS = ("kinject.api", "kinject.tasks", "kinject.training", "kinject.knowledge",
-               "kinject.evidence")
+               "kinject.evidence", "kinject.testing")
 
 
 def listed() -> dict[str, set[str]]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kinject.api import Evaluator, KinjectError, MetricRef, PluginConfig, registry
+from evidence_runs import brier_evaluator
+from kinject.api import KinjectError, MetricRef, registry
 from kinject.evidence.metrics import MetricDef
 from kinject.evidence.scorers import scorer_for
 from kinject.training.prediction import keep_scores
@@ -15,24 +16,7 @@ from kinject.training.prediction import keep_scores
 LABELS = ("no", "yes")
 
 
-class Brier(Evaluator):
-    """Macro Brier score of softmax probabilities (lower is better)."""
-
-    needs = ("scores",)
-
-    class Config(PluginConfig):
-        pass
-
-    def metric_names(self):
-        return ["brier_macro"]
-
-    def compute(self, references, predictions, scores=None, labels=None, **kwargs):
-        if scores is None:
-            raise ValueError(f"brier needs the logits; got {sorted(kwargs)}")
-        s = np.asarray(scores, dtype=float)
-        p = np.exp(s) / np.exp(s).sum(axis=1, keepdims=True)
-        y = np.array([[r == label for label in labels] for r in references], dtype=float)
-        return {"brier_macro": float(((p - y) ** 2).mean())}
+Brier = brier_evaluator()
 
 
 class Broken(Brier):

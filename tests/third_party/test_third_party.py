@@ -73,3 +73,22 @@ def test_a_third_party_kg_to_text_strategy_reuses_the_public_builders(tmp_path, 
     assert ran.returncode == 0, ran.stderr[-2000:]
     dosed = json.loads((tmp_path / "dosed" / "metrics.json").read_text())["dose"]  # knowledge.epochs reached it
     assert dosed["epochs"] == 1.0 and 100 < dosed["distinct"] == dosed["available"] <= 121  # distinct sentences
+
+
+@pytest.mark.slow
+def test_a_plugin_package_tests_itself_with_kinjects_fixtures(tmp_path):
+    """kinject-echo's own tests (its conftest.py: ``pytest_plugins = ["kinject.testing"]``) pass in a pytest session of
+    their own, from a copy of the package that is not installed: kinject.testing registers it in-process."""
+    import os
+    import shutil
+
+    from third_party_wheels import PLUGINS
+
+    package = shutil.copytree(PLUGINS / "echo", tmp_path / "echo", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "KINJECT_CACHE_DIR"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(package), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)])
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=package, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
+    assert "2 passed" in ran.stdout
+    assert not any(package.rglob("kinject-cache*"))  # the cache was the session's temporary one

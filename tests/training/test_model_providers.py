@@ -71,3 +71,26 @@ def test_a_broken_built_in_provider_stops_prepare_in_one_line_before_any_stage(t
     assert "\n" not in line and "model 'tiny'" in line and "no_such_module" in line
     assert not (tmp_path / "cache" / "stages").exists()
     models.refresh()
+
+
+def test_a_near_miss_of_a_model_name_is_a_did_you_mean_before_it_is_taken_for_a_hub_id(cache_dir, tmp_path, capsys,
+                                                                                         monkeypatch):
+    """``--model minilmm`` offline: one line naming the field and the name meant, not "not in the local Hugging Face
+    cache"; a hub id with an owner, a far name, and a near miss that is in the local hub cache stay hub ids."""
+    from helpers import one_line_error
+
+    import huggingface_hub.constants
+
+    line = one_line_error(capsys, ["run", "finetune", "--task", "hpo-isa", "--model", "minilmm", "--quick"])
+    assert line.startswith("error: model.name: 'minilmm'") and line.endswith("Did you mean 'minilm'?"), line
+    with pytest.raises(KinjectError, match="Did you mean 'tiny'"):
+        resolve_model("tinyy", cache_dir)
+    assert resolve_model("org/minilmm", cache_dir) == "org/minilmm"
+    assert resolve_model("bert-base-uncased", cache_dir) == "bert-base-uncased"
+    snapshot = tmp_path / "hub" / "models--minilmm" / "snapshots" / "abc123"  # the hub cache's layout
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "hub" / "models--minilmm" / "refs").mkdir()
+    (tmp_path / "hub" / "models--minilmm" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert resolve_model("minilmm", cache_dir) == "minilmm"  # a model of that name is cached: it is meant

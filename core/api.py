@@ -44,7 +44,7 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     # processes, plugins, hooks
     "kinject.distributed": ("barrier", "check_fence", "is_main_process", "rank", "world_size"),
     "kinject.registry": ("BASE_CLASSES", "GROUPS", "SINGULAR", "registry"),  # the plugin kinds
-    "kinject.cache": ("lock_held", "make_lock"),  # cross-process locks of the cache's kind (flock or lease)
+    "kinject.cache": ("lock_held", "make_lock", "partial_path"),  # cross-process locks (flock or lease); where a stage is computed
     "kinject.hooks": ("hookimpl", "plugin_manager"),
     "kinject.frontdoor": ("lazy_exports",),  # a library's own front door
     "kinject.deprecation": ("KinjectDeprecationWarning", "renamed", "renamed_function"),  # the promise (a rename)
@@ -59,7 +59,7 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     "kinject.keys": ("plan",),
     "kinject.engine": ("execute", "execute_into", "execute_repeats"),  # a run; into a folder of several; seeds
     "kinject.outputs": ("check_output", "default_output", "run_folder"),
-    "kinject.stage_runner": ("stage_flops",),  # the FLOPs an estimate learns from
+    "kinject.stage_runner": ("stage_cost", "stage_flops"),  # the FLOPs an estimate learns from
 }
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)
 __all__ = ["__version__", *__all__]

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI sets it before torch loads (the dry run measures here)
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the kinject CLI runs (read when torch loads)
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 

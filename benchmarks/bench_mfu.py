@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the kinject CLI runs (read when torch loads)
 os.environ.setdefault("KINJECT_PROGRESS", "0")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -633,8 +634,8 @@ def summarise(results: dict[str, list[dict]], batch: int, length: int) -> list[d
 
 
 def table(rows: list[dict], precision: str, clock: str) -> str:
-    lines = [f"| B | setup | ms/step ({clock}) | ms/step (wall) | tokens/s | model GFLOP/s | MFU ({precision} peak) | "
-             "MFU (fp32 peak) | speed vs bare | speed vs plain Trainer | peak mem GiB |",
+    lines = [f"| B | setup | ms/step ({clock}) | ms/step (wall) | tokens/s | model GFLOP/s | MFU (of the {precision} "
+             "peak) | MFU (of the fp32 peak) | speed vs bare | speed vs plain Trainer | peak mem GiB |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         vs_plain = f"{r['vs_plain']:.3f}" if r["vs_plain"] is not None else ""
@@ -669,8 +670,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                      "8192 CUDA)")
     parser.add_argument("--peak-block-s", type=float, default=0.25, help="seconds per timed block of the peak")
     parser.add_argument("--clock", choices=("cpu", "wall"), default=None,
-                        help="what a step's time is: this process's CPU time (default on CPU: on a shared machine, what "
-                        "a core of its own would take; MFU against the peak in CPU time) or wall time (default on CUDA)")
+                        help="what a step's time is: this process's CPU time (default on CPU: on a shared machine, "
+                        "what a core of its own would take; MFU against the peak in CPU time) or wall time (default "
+                        "on CUDA)")
     parser.add_argument("--json", type=Path, default=None, help="write every measurement here")
     args = parser.parse_args(argv)
     args.clock = args.clock or ("wall" if args.device == "cuda" else "cpu")

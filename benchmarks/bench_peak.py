@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{max(128, args.bf16_size // 8)}^2); machine: {rows[0]['label']}; load average {os.getloadavg()[0]:.1f}\n"
           "wall: FLOP per second; per CPU-s: FLOP per second of this process's CPU time (summed over its threads: what "
           "each core does while it runs)\n")
-    print("| class | threads | ATen kernels | fp32 GFLOP/s wall | fp32 per CPU-s | bf16 GFLOP/s wall | bf16 per CPU-s | "
-          "fp32 vs native (per CPU-s) |")
+    print("| class | threads | ATen kernels | fp32 GFLOP/s wall | fp32 per CPU-s | bf16 GFLOP/s wall | "
+          "bf16 per CPU-s | fp32 vs native (per CPU-s) |")
     print("|---|---|---|---|---|---|---|---|")
     native = {r["threads"]: r for r in rows if r["isa"] == "native"}
     for r in rows:

@@ -23,8 +23,9 @@ def capped() -> bool:
 
 
 def capped_env(isa: str) -> dict[str, str]:
-    """The environment of a child process measuring ``isa`` (native: this machine as it is; avx2: capped)."""
-    env = {k: v for k, v in os.environ.items() if k not in AVX2_ONLY}
+    """The environment of a child process measuring ``isa`` (native: this machine as it is; avx2: capped), OpenMP's
+    wait policy as the kinject CLI sets it unless the environment sets one."""
+    env = {"OMP_WAIT_POLICY": "PASSIVE", **{k: v for k, v in os.environ.items() if k not in AVX2_ONLY}}
     return {**env, **AVX2_ONLY} if isa == "avx2" else env
 
 

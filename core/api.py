@@ -44,7 +44,7 @@ _EXPORTS = {  # module -> the names it defines that a plugin is promised
     # processes, plugins, hooks
     "kinject.distributed": ("barrier", "check_fence", "is_main_process", "rank", "world_size"),
     "kinject.registry": ("BASE_CLASSES", "GROUPS", "SINGULAR", "registry"),  # the plugin kinds
-    "kinject.cache": ("lock_held", "make_lock", "partial_path"),  # cross-process locks (flock or lease); where a stage is computed
+    "kinject.cache": ("lock_held", "make_lock", "partial_path"),  # cross-process locks; where a stage is computed
     "kinject.hooks": ("hookimpl", "plugin_manager"),
     "kinject.frontdoor": ("lazy_exports",),  # a library's own front door
     "kinject.deprecation": ("KinjectDeprecationWarning", "renamed", "renamed_function"),  # the promise (a rename)

@@ -36,8 +36,6 @@ class ModelProvider:
             return str(path.resolve())
         if self.name.startswith((".", "/", "~")):
             raise KinjectError(f"model {self.name!r}: no such directory")
-        if offline() and not _in_hub_cache(self.name):  # said here, before transformers (and torch) load
-            raise SpecError(_offline_miss(self.name))
         return self.name  # a hub id; from_pretrained honours HF_HUB_OFFLINE
 
     def fingerprint(self, path: str, revision: str | None) -> str:
@@ -113,6 +111,13 @@ def model_config(name: str, path: str, revision: str | None = None):
             raise SpecError(_offline_miss(name)) from None
         raise SpecError(f"model.name: {name!r} is neither a local folder nor a model the Hub serves ({first}); "
                         "check the id, or pass a local model folder") from None
+
+
+def check_offline_model(name: str, path: str) -> None:
+    """Offline, a hub id the local Hugging Face cache holds nothing of is one line (with the model names it is close
+    to), said before transformers (and torch) load."""
+    if offline() and not Path(path).exists() and not _in_hub_cache(path):
+        raise SpecError(_offline_miss(name))
 
 
 def _in_hub_cache(name: str) -> bool:

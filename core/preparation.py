@@ -75,9 +75,10 @@ def make_environment(spec: RunSpec) -> Environment:
 
 def _resolve_model(spec: RunSpec, env: Environment) -> str:
     """The model's loadable path (its settings are checked against its config once the spec's other fields are)."""
-    from kinject.models import resolve_model
+    from kinject.models import check_offline_model, resolve_model
 
     path = resolve_model(spec.model.name, env.cache_dir)
+    check_offline_model(spec.model.name, path)
     if spec.model.revision and Path(path).exists():
         raise SpecError(f"model.revision: {spec.model.revision!r} pins a hub revision, but model "
                         f"{spec.model.name!r} is a local model ({path})")

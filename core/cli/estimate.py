@@ -232,8 +232,8 @@ class Estimator:
         seconds = self.model(flops, scoring, fixed, shape)
         work = "no stated work"
         if flops:
-            speed = self.speed(shape, scoring=scoring >= flops / 2)
-            work = f"{flops / 1e12:.3g} TFLOP at {speed / 1e9:.2g} GFLOP/s ({'scoring' if scoring >= flops / 2 else 'training'})"
+            mostly = "scoring" if scoring >= flops / 2 else "training"
+            work = f"{flops / 1e12:.3g} TFLOP at {self.speed(shape, mostly == 'scoring') / 1e9:.2g} GFLOP/s ({mostly})"
         how = f"{work} + {STAGE_S + fixed:.0f} s fixed"
         past = self.similar(name, flops)
         if not past and cost.get("read_s"):
@@ -305,10 +305,12 @@ def stage_estimates(run, estimator) -> list[tuple[Any, Any]]:
 def choice_estimate(run_ctx, estimator) -> tuple[int, float] | None:
     """(fold runs, seconds of each) of the choice a run makes first (None: it makes none, or its folds are cached)."""
     from kinject.api import build_spec, prepare
+    from kinject.preparation import dry_running
 
     planned = run_ctx.chosen or {}
     if not planned.get("planned"):
         return None
-    fold = prepare(build_spec(planned["fold_spec"]))
+    with dry_running():
+        fold = prepare(build_spec(planned["fold_spec"]))
     each = sum(guess.seconds for _, guess in stage_estimates(fold, estimator) if guess is not None)
     return planned["fold_runs"], each

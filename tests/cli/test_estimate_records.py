@@ -1,7 +1,7 @@
-"""The files ``--dry-run``'s estimate reads back (machine-speed.json, stage.json) are read like user input (#54): a list,
-a string, 0, a FIFO, a symlink to /dev/zero, negative or NaN values -> one warning naming the file, the file ignored
-(the speed measured again, the run left out), never a traceback, a hang or a ``~nan h``; a read-only cache is fine for
-a dry run; and the "why it misses" line says the weightiest one or two reasons."""
+"""The files ``--dry-run``'s estimate reads back (machine-speed.json, stage.json) are read like user input (#54): a
+list, a string, 0, a FIFO, a symlink to /dev/zero, negative or NaN values -> one warning naming the file, the file
+ignored (the speed measured again, the run left out), never a traceback, a hang or a ``~nan h``; a read-only cache is
+fine for a dry run; and the "why it misses" line says the weightiest one or two reasons."""
 
 from __future__ import annotations
 

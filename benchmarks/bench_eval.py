@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import DataCollatorWithPadding
 
-    from kinject.api import load_tokenizer, native_bf16, resolve_model
+    from kinject.api import load_tokenizer, resolve_model
+    from kinject.defaults import native_bf16
     from kinject.interfaces import Head
     from kinject.training import build_task_model, minilm_path
     from kinject.training.prediction import predict, predict_here

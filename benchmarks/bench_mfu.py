@@ -699,7 +699,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
-    from kinject.api import load_tokenizer, native_bf16
+    from kinject.api import load_tokenizer
+    from kinject.defaults import native_bf16
 
     if args.threads:
         torch.set_num_threads(args.threads)

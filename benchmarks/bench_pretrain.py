@@ -154,7 +154,7 @@ def corpus_child(path: str, work: str) -> None:
     """Run the pretrain-corpus stage body on one file; print peak RSS and time as JSON."""
     from kinject.interfaces import Environment, StageContext
     from kinject.plugins.pretrain.corpus import corpus_body
-    from kinject.plugins.pretrain.stages import CorpusStageConfig
+    from kinject.plugins.pretrain.corpus import CorpusStageConfig
     from kinject.refs import SourceRef
     from kinject.knowledge.sources.corpus import CorpusSource
 

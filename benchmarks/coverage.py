@@ -82,9 +82,9 @@ def coverage(regime: Regime, seeds: int, replications: int = 500, resamples: int
     seed's difference: {kind: {"coverage", "width"}, "sd_per_seed": float, "truth": float}."""
     from kinject.evidence.bootstrap import INTERVALS, interval_set
     from kinject.evidence.metrics import MetricDef
-    from kinject.evidence.scorers import MeanScorer
+    from kinject.evidence.scorers import scorer_for
 
-    scorer = MeanScorer(MetricDef("accuracy", "accuracy"))
+    scorer = scorer_for(MetricDef("accuracy", "accuracy"), [[{"id": "0", "gold": "a", "pred": "a"}]])  # its columns
     truth = true_difference(regime)
     rng = np.random.default_rng([seed, seeds, int(regime.tau * 100), int(regime.omega * 100), regime.examples])
     hits = {kind: 0 for kind in INTERVALS}

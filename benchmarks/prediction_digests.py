@@ -54,7 +54,7 @@ def main() -> int:
     parser.add_argument("--data-dir", default=os.environ.get("KINJECT_DATA_DIR", "../shared/data"))
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="FIELD=VALUE",
                         help="a setting for every run (e.g. to keep a default an old commit had: "
-                             "hooks.decisions.head_rate=true)")
+                             "defaults.head_rate=true)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         found = digests(Path(work), args.data_dir, tuple(args.settings))

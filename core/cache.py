@@ -20,7 +20,9 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from kinject.files import HOST, atomic_write_text
 
@@ -92,19 +94,26 @@ class StageLock:
         past the lease - Ctrl-Z, a suspended VM - finds another's token there: the stage was taken over)."""
         if os.environ.get("KINJECT_LOCK", "flock") != "lease":
             return True
-        try:
-            return json.loads(owner_path(self.folder).read_text()).get("token") == self.token
-        except (OSError, ValueError):
-            return False
+        return _owner(self.folder).get("token") == self.token
 
     def holder(self) -> str:
         """Who holds the lock, as far as its owner file says."""
-        try:
-            info = json.loads(owner_path(self.folder).read_text())
-        except (OSError, ValueError):
+        info = _owner(self.folder)
+        if not info:
             return "another process"
         where = f"process {info.get('pid')} on {info.get('host')}"
         return f"{where} (since {info.get('since')}{', run ' + info['run'] if info.get('run') else ''})"
+
+
+def _owner(folder: Path) -> dict:
+    """The owner file of a stage's lock ({} when there is none or it is damaged: it feeds messages and the fence)."""
+    from kinject.errors import DataError
+    from kinject.records import read_record
+
+    try:
+        return read_record(owner_path(folder), limit=2**16)
+    except DataError:
+        return {}
 
 
 def _make_lock(path: Path):
@@ -181,17 +190,45 @@ def damaged_files(folder: Path, records: dict[str, dict[str, Any]] | None) -> li
     return damaged
 
 
-def read_stage_info(folder: Path) -> dict | None:
-    """The stage.json of a finished stage (None when it has none or it is unreadable)."""
+class _FileRecord(BaseModel):
+    size: StrictInt = Field(ge=0)
+    mtime_ns: StrictInt
+    sha256: StrictStr
+
+
+class StageInfo(BaseModel):
+    """A finished stage's stage.json, the fields the cache reads back (every file's digest; seconds spent)."""
+
+    model_config = ConfigDict(extra="allow")
+    files: dict[str, _FileRecord]
+    seconds: Optional[StrictFloat] = Field(None, ge=0, allow_inf_nan=False)
+
+
+def stage_info_problem(folder: Path) -> tuple[dict | None, str | None]:
+    """(stage.json of the stage at ``folder``, None) when it reads back as the cache wrote it; (None, why not)
+    otherwise: bounded and schema-checked (:func:`kinject.records.read_record`), a missing one is (None, None)."""
+    from kinject.errors import DataError, DataMissingError
+    from kinject.records import read_record
+
     try:
-        return json.loads((folder / "stage.json").read_text())
-    except (OSError, ValueError):
-        return None
+        return read_record(folder / "stage.json", StageInfo), None
+    except DataMissingError:
+        return None, None
+    except DataError as exc:
+        return None, exc.reason
+
+
+def read_stage_info(folder: Path) -> dict | None:
+    """The stage.json of a finished stage (None when it has none or it is damaged)."""
+    return stage_info_problem(folder)[0]
 
 
 def check_finished(folder: Path) -> tuple[bool, list[str]]:
-    """(finished, damaged files) of the stage at ``folder``: finished when its stage.json is there."""
-    info = read_stage_info(folder)
+    """(finished, damaged files) of the stage at ``folder``: finished when its stage.json is there; a stage.json
+    that does not read back as written (cut short, a list, a FIFO...) is a damaged file of a finished stage."""
+    info, problem = stage_info_problem(folder)
+    if problem is not None:
+        return True, [f"stage.json ({problem})"]
     if info is None:
         return False, []
     return True, damaged_files(folder, info.get("files"))

@@ -19,12 +19,15 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
-import tempfile
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from kinject.splits import unit_key
 
@@ -144,8 +147,9 @@ def choose(spec, announce: Callable[[str], None], dry_run: bool = False, on: boo
                                     default=str).encode()).hexdigest()
     record_file = Path(probe.env.cache_dir) / "choices" / f"{key[:24]}.json"
     runs = len(combos) * folds
-    if record_file.is_file():
-        record = {**json.loads(record_file.read_text()), "cached": True}
+    record = cached_record(record_file, combos, runs, metric)
+    if record is not None:
+        record = {**record, "cached": True}
     elif dry_run:
         announce(f"{what}: {runs} fold runs of the choice first (choosing {', '.join(options)} among "
                  f"{len(combos)} alternatives by {folds}-fold cross-validation; the stages below are those of "
@@ -157,11 +161,12 @@ def choose(spec, announce: Callable[[str], None], dry_run: bool = False, on: boo
                  f"cross-validation on it: {runs} fold runs of a plain fine-tune first ({metric}; dev and test "
                  "untouched; --set choose=false to skip)")
         record = _cross_validate(base, combos, folds, metric, task.greater_is_better(metric), default, probe,
-                                 announce)
+                                 announce, record_file)
         record["by"] = f"{folds}-fold cross-validation on the train split ({len(train)} examples), {metric}"
-        record_file.parent.mkdir(parents=True, exist_ok=True)
-        from kinject.files import atomic_write_text
+        from kinject.files import atomic_write_text, discard
 
+        if record_file.is_dir() and not record_file.is_symlink():  # a damaged record a file cannot replace
+            discard(record_file)
         atomic_write_text(record_file, json.dumps(record, indent=2, default=str))
     tie = " (a tie: the run keeps what it would use without the choice)" if record.get("tie") else ""
     cost = f"{record['fold_runs']} fold runs, {record['seconds']:.0f} s" + (", cached" if record.get("cached") else "")
@@ -170,16 +175,59 @@ def choose(spec, announce: Callable[[str], None], dry_run: bool = False, on: boo
     return _keep_fields_set(chosen, spec, record["chosen"]), record
 
 
+class ChoiceRecord(BaseModel):
+    """A cached choice (``<cache>/choices/<key>.json``) as :func:`choose` writes it."""
+
+    model_config = ConfigDict(extra="allow")
+    chosen: dict[str, Any]
+    tie: StrictBool = False
+    fold_runs: StrictInt = Field(ge=0)
+    seconds: StrictFloat = Field(ge=0, allow_inf_nan=False)
+    by: StrictStr
+    scores: list[dict[str, Any]]
+
+
+def cached_record(path: Path, combos: list[dict], runs: int, metric: str) -> dict | None:
+    """The cached choice at ``path`` when it is whole and one this run could have made (its choice one of
+    ``combos``, the alternatives the run computed; its ``runs`` fold runs; a finite score per alternative); None when
+    there is none. A damaged or foreign record is one warning naming the file, then ignored (the choice is made
+    again and the record rewritten): a cache is never applied unchecked."""
+    from kinject.errors import DataError, DataMissingError
+    from kinject.records import read_record
+
+    combos = json.loads(json.dumps(combos, default=str))  # as the record holds them
+    try:
+        record = read_record(path, ChoiceRecord)
+        scores = [(s.get("settings"), s.get(metric)) for s in record["scores"]]
+        if record["chosen"] not in combos:
+            raise DataError(f"chosen {record['chosen']} is none of the alternatives {combos}", path)
+        if record["fold_runs"] != runs or [settings for settings, _ in scores] != combos or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for _, v in scores):
+            raise DataError(f"its fold runs or {metric} scores are not those of these {len(combos)} alternatives",
+                            path)
+    except DataMissingError:
+        return None
+    except DataError as exc:
+        log.warning("the cached choice %s; ignored: choosing again", exc)
+        return None
+    return record
+
+
 def _cross_validate(base: dict, combos: list[dict], folds: int, metric: str, better: bool, default: dict, probe,
-                    announce: Callable[[str], None]) -> dict:
+                    announce: Callable[[str], None], record_file: Path) -> dict:
     """Every alternative's mean held-out score over the folds (one progress line per fold run); the best wins, a
-    tie keeps ``default``."""
+    tie keeps ``default``. Fold runs write their folders in the cache beside ``record_file`` (never ``$TMPDIR``: a
+    run folder holds a copy of its model), removed after, or with the next choice if this process dies."""
     from kinject.engine import execute
+    from kinject.files import remove_debris, sibling
     from kinject.preparation import prepare
     from kinject.spec_reading import build_spec
 
     scores, started = [], time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kinject-choose-") as scratch:
+    record_file.parent.mkdir(parents=True, exist_ok=True)
+    remove_debris(record_file.parent)  # the fold folders of choices whose process died
+    scratch = sibling(record_file, "tmp")
+    try:
         for n, combo in enumerate(combos):
             values = []
             for i in range(folds):
@@ -187,10 +235,12 @@ def _cross_validate(base: dict, combos: list[dict], folds: int, metric: str, bet
                          f"({shown(combo, probe.spec)})")
                 fold_run = prepare(build_spec(apply(apply(base, combo), fold_run_settings(i, folds))))
                 with _quiet():
-                    metrics = execute(fold_run, Path(scratch) / f"{n}-{i}")
+                    metrics = execute(fold_run, scratch / f"{n}-{i}")
                 values.append(float(metrics["dev"][metric]))
             scores.append(sum(values) / len(values))
             announce(f"  {shown(combo, probe.spec)}: {metric} {scores[-1]:.4f} (mean of {folds} folds)")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     top = max(scores) if better else min(scores)
     tied = [j for j, s in enumerate(scores) if abs(s - top) <= TIE]
     best = next((j for j in tied if combos[j] == default), tied[0])

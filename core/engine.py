@@ -65,6 +65,7 @@ def _collect(folder: Path, stage: Stage, state: dict) -> None:
     if stage.produces_model and (folder / "model").exists():
         state["model"] = folder / "model"
     state["exports"].extend(folder / name for name in stage.artifacts if (folder / name).exists())
+    state["published"].extend(name for name in stage.published if (folder / name).exists())
 
 
 def execute(run: RunContext, output: Path) -> dict[str, Any]:
@@ -103,7 +104,7 @@ def execute_into(run: RunContext, folder: Path | None, shown: Path) -> dict[str,
         hooks.kinject_run_start(spec=resolved, run_dir=shown)
         started = time.perf_counter()
         records = []
-        state: dict[str, Any] = {"metrics": {}, "model": None, "exports": [], "sections": {}}
+        state: dict[str, Any] = {"metrics": {}, "model": None, "exports": [], "sections": {}, "published": []}
         for planned, cached, seconds in run_stages(run):
             config_type = type(planned.stage.config)
             records.append({"name": planned.stage.name, "key": planned.key, "cached": cached,
@@ -167,7 +168,8 @@ def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, me
             "knowledge": knowledge_record(run), "stages": records, "wall_seconds": state.get("wall_seconds"),
             "versions": _versions(), "environment": environment(run.spec.training.bf16),
             "git_sha": _git_sha(), "seed": run.spec.seed, "data": describe_data(run),
-            "model_path": run.model_path, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "model_path": run.model_path, "published": list(dict.fromkeys(state["published"])),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (tmp / "run.json").write_text(json.dumps(info, indent=2, default=str))
     (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2))
     if state["model"] is not None:

@@ -46,17 +46,20 @@ class LeaseLost(KinjectError):
 class Interrupted(BaseException):
     """Ctrl-C (SIGINT) or SIGTERM while a command runs: unwinds like KeyboardInterrupt (locks released, temporary
     folders removed, checkpoints kept), then one line and exit code 128 + the signal (130, 143). ``detail``: what
-    the command that was interrupted has to say (cells done, how to continue)."""
+    the command that was interrupted has to say (cells done, how to continue); else the line says what is kept of
+    the stage it struck: the checkpoint a training loop saved on the signal (``saved_step``), the newest one its
+    work folder holds, or that its work is lost."""
 
     NAMES = {2: "Ctrl-C (SIGINT)", 15: "SIGTERM"}
 
-    def __init__(self, signum: int = 2, detail: str = ""):
+    def __init__(self, signum: int = 2, detail: str = "", saved_step: int | None = None):
         super().__init__(signum, detail)
-        self.signum, self.detail = signum, detail
+        self.signum, self.detail, self.saved_step = signum, detail, saved_step
         import sys
 
         running = getattr(sys.modules.get("kinject.stage_runner"), "RUNNING", None)
-        self.stage = running[-1] if running else None  # where it struck (unwinding forgets it)
+        # where it struck (unwinding forgets it): the stage's name, its work folder, when it started
+        self.stage, self.work, self.started = running[-1] if running else (None, None, None)
 
     @property
     def exit_code(self) -> int:
@@ -64,9 +67,45 @@ class Interrupted(BaseException):
 
     def message(self) -> str:
         where = f" during stage {self.stage}" if self.stage else ""
-        detail = self.detail or ("nothing is half-written and a stage's checkpoints are kept: run the same command "
-                                 "again (with --resume to continue from its checkpoints)")
-        return f"interrupted by {self.NAMES.get(self.signum, f'signal {self.signum}')}{where}: {detail}"
+        return f"interrupted by {self.NAMES.get(self.signum, f'signal {self.signum}')}{where}: " + \
+            (self.detail or self.kept())
+
+    def kept(self) -> str:
+        """What the interrupted stage leaves for ``--resume``, or what is lost."""
+        again = "run the same command with --resume"
+        if self.saved_step is not None:
+            return f"checkpoint saved at step {self.saved_step}: --resume continues from it ({again})"
+        if self.stage is None:
+            return "nothing is half-written; finished stages are kept in the cache (run the same command again)"
+        step = newest_checkpoint(self.work)
+        if step is not None:
+            return (f"nothing is half-written; its checkpoint at step {step} is kept: --resume continues from it, "
+                    f"the steps after it are lost ({again})")
+        import time
+
+        spent = f" ({time.time() - self.started:.0f} s)" if self.started else ""
+        return (f"stage {self.stage} had saved no checkpoint, so its work{spent} is lost and it starts over; "
+                "nothing is half-written and finished stages are kept in the cache (run the same command again)")
+
+    @classmethod
+    def defer(cls, on: bool = True) -> None:
+        """``on``: a training loop (one process) takes an interrupt at the end of its current step, saving a
+        checkpoint first (:meth:`deferred` tells it); a second signal still stops at once. Off: a signal taken
+        but not yet acted on is raised at the next check (:meth:`raise_pending`)."""
+        _DEFERRING[:] = [on]
+        if not on and _DEFERRED:
+            _PENDING.extend(_DEFERRED)
+            _DEFERRED.clear()
+
+    @classmethod
+    def deferred(cls) -> int | None:
+        """The signal a deferring training loop has to act on at the end of this step (None: none)."""
+        return _DEFERRED[0] if _DEFERRED else None
+
+    @classmethod
+    def take_deferred(cls) -> int | None:
+        """:meth:`deferred`, which the loop now acts on (it is no longer pending anywhere)."""
+        return _DEFERRED.pop() if _DEFERRED else None
 
     @classmethod
     def install(cls, signals: tuple[int, ...] | None = None) -> None:
@@ -82,6 +121,9 @@ class Interrupted(BaseException):
             return
 
         def interrupt(signum, frame):
+            if _DEFERRING[0] and not _DEFERRED:  # a training loop saves a checkpoint, then raises it
+                _DEFERRED.append(signum)
+                return
             if _in_logging_handler(frame):
                 _PENDING.append(signum)
                 return
@@ -108,6 +150,28 @@ class Interrupted(BaseException):
 
 
 _PENDING: list[int] = []  # signals that struck inside a logging handler, raised at the next check
+_DEFERRING: list[bool] = [False]  # whether a training loop takes an interrupt at the end of its step
+_DEFERRED: list[int] = []  # the signal it takes
+
+
+def newest_checkpoint(work) -> int | None:
+    """The step of the newest complete Trainer checkpoint in the work folder ``work`` (its trainer_state.json, written
+    last, reads back as of that step); None when it holds none."""
+    import re
+    from pathlib import Path
+
+    from kinject.records import read_record
+
+    steps = []
+    for folder in Path(work).glob("checkpoint-*") if work else ():
+        match = re.fullmatch(r"checkpoint-(\d+)", folder.name)
+        try:
+            state = read_record(folder / "trainer_state.json") if match else {}
+        except DataError:
+            continue
+        if match and state.get("global_step") == int(match.group(1)):
+            steps.append(int(match.group(1)))
+    return max(steps, default=None)
 
 
 def _in_logging_handler(frame) -> bool:

@@ -49,7 +49,14 @@ class Component:
 
 # ---------------------------------------------------------------------------------------------- #
 class Evaluator(Component):
-    """A metric: references and predictions in, named values out."""
+    """A metric: references and predictions in, named values out.
+
+    A metric may declare sufficient statistics beside ``compute``: :meth:`statistics` gives named columns, one value
+    per evaluation unit, and :meth:`from_statistics` the metrics from their sums. A comparison's bootstrap then
+    resamples by summing rows, and ``compute`` defaults to the metrics of every unit. A metric that is no function of
+    sums (AUROC: ranks) gives :meth:`from_units` instead. Without statistics a comparison calls ``compute`` on every
+    resample.
+    """
 
     #: what ``compute`` needs beyond references and predictions, as prediction-record fields (``"scores"``: the
     #: model's raw outputs, in the order of ``labels``): the evaluate stage keeps them in the predictions files,
@@ -57,7 +64,35 @@ class Evaluator(Component):
     needs: ClassVar[tuple[str, ...]] = ()
 
     def compute(self, references: Sequence[Any], predictions: Sequence[Any], **kwargs: Any) -> dict[str, float]:
+        """The metrics of these predictions. Default, for an evaluator with statistics: the metrics of every unit."""
+        if type(self).statistics is Evaluator.statistics:
+            raise NotImplementedError(f"evaluator {self.name!r} declares neither compute nor statistics")
+        return self.metrics_of(self.statistics(references, predictions, **kwargs))
+
+    def statistics(self, references: Sequence[Any], predictions: Sequence[Any], **kwargs: Any) -> dict[Any, Any]:
+        """Optional: the metric's sufficient statistics, as named columns of one number per evaluation unit (an
+        example; a query where ``groups=`` is given). It takes what ``compute`` takes. Runs compared together get
+        the union of their columns; a column a run lacks counts 0 there (F1: a class it never predicts)."""
         raise NotImplementedError
+
+    def from_statistics(self, sums: dict[Any, Any], n: int) -> dict[str, Any]:
+        """The metrics from the sums of the :meth:`statistics` columns over ``n`` units. Each sum is an array (one
+        element per resample and seed), and so is each metric returned."""
+        raise NotImplementedError
+
+    def from_units(self, columns: dict[Any, Any]) -> dict[str, Any]:
+        """The metrics from the :meth:`statistics` columns of (re)sampled units: arrays with the units on the last
+        axis, resamples and seeds before it. Default: :meth:`from_statistics` of their sums. A metric that is no
+        function of sums overrides it (AUROC); a comparison then recomputes it on each resample."""
+        n = next(iter(columns.values())).shape[-1] if columns else 0
+        return self.from_statistics({key: column.sum(axis=-1) for key, column in columns.items()}, n)
+
+    def metrics_of(self, columns: dict[Any, Any]) -> dict[str, float]:
+        """The metrics, as floats, of the units whose :meth:`statistics` are ``columns``, each unit counted once."""
+        import numpy as np
+
+        arrays = {key: np.asarray(column, dtype=float) for key, column in columns.items()}
+        return {name: float(value) for name, value in self.from_units(arrays).items()}
 
     def metric_names(self) -> list[str]:
         """The names ``compute`` returns with this config (how `kinject compare`, sweeps and searches find the
@@ -279,7 +314,7 @@ class Task(Component):
 
     def alternatives(self, env: Environment, spec: Any) -> dict[str, list]:
         """Settings worth choosing by cross-validation when the train split is small (dotted spec field -> the
-        values to try, e.g. ``{"task.encoder": ["cross", "bi"]}``; the training library's decisions,
+        values to try, e.g. ``{"task.encoder": ["cross", "bi"]}``; :func:`kinject.defaults.choose`,
         docs/training.md). Default: none."""
         return {}
 
@@ -326,7 +361,7 @@ class StageConfig(BaseModel):
 
     def cost(self, run: "RunContext") -> float | None:
         """The stage's FLOPs (sized by the prepared ``run``'s model and data; :mod:`kinject.training.cost`),
-        for ``--dry-run``'s estimate (the ``kinject_estimator`` hook); None: not stated (a stage's fixed overhead)."""
+        for ``--dry-run``'s estimate (:mod:`kinject.cli.estimate`); None: not stated (a stage's fixed overhead)."""
 
 
 @dataclass
@@ -363,7 +398,8 @@ class Stage:
     inputs: tuple[str, ...] = ()
     produces_model: bool = False
     artifacts: tuple[str, ...] = ()  # files/folders of the stage output copied into the run directory
-    code: tuple[str, ...] = ()  # modules to fingerprint besides the body's own import closure
+    published: tuple[str, ...] = ()  # of those, the ones a run publishes beside its model (`kinject push`)
+    code: tuple[str, ...] = ()  # modules whose every definition the stage's key holds, besides what its body names
     libraries: tuple[str, ...] = ("torch", "transformers", "tokenizers")  # their versions go into the key
     spread: bool = False  # under torchrun/accelerate launch, consecutive spread stages are shared out over the
     #                       processes, each running in a fresh single-process worker (e.g. MoP's adapters)
@@ -409,7 +445,10 @@ class Strategy(Component):
     @classmethod
     def shared_files(cls, run_dir: Path, info: dict) -> dict[str, Path]:
         """What a run of this strategy publishes (e.g. on the Hugging Face Hub: `kinject push`): repository path ->
-        local file or folder. Default: the run's ``model/`` at the top level. ``info`` is the run's run.json."""
-        model, adapter = Path(run_dir) / "model", Path(run_dir) / "peft-adapter"
+        local file or folder. Default: the run's ``model/`` at the top level, and what its stages publish beside it
+        (``Stage.published``, run.json ``published``). ``info`` is the run's run.json."""
+        model = Path(run_dir) / "model"
         files = {path.name: path for path in sorted(model.iterdir())} if model.is_dir() else {}
-        return {**files, **({"peft-adapter": adapter} if adapter.is_dir() else {})}  # a peft run's adapter too
+        extra = {name: Path(run_dir) / name for name in info.get("published") or [] if isinstance(name, str)
+                 and "/" not in name and name not in ("..", ".") and (Path(run_dir) / name).exists()}
+        return {**files, **extra}

@@ -105,16 +105,16 @@ def open_text(path: Path):
     /dev/zero) or a socket is refused with a DataError, since kinject reads data files more than once and bounds
     each read by their size and its line cap."""
     import os
-    import stat
+
+    from kinject.records import file_kind
 
     path = Path(path)
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise DataError("file not found", path) from None
-    if not stat.S_ISREG(mode):
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
-            "a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+    kind = file_kind(mode)
+    if kind is not None:
         raise DataError(f"{kind}, not a regular file: kinject reads a data file more than once; write the data to a "
                         "file and name that", path)
     for log in _READ_LOGS:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,6 +24,29 @@ from kinject.context import RunContext
 
 
 log = logging.getLogger("kinject")
+
+#: every name kinject and its built-in plugins import from the ``transformers`` package itself (a test checks it)
+TRANSFORMERS_NAMES = ("AutoConfig", "AutoModel", "AutoModelForMaskedLM", "AutoModelForSequenceClassification",
+                      "AutoModelForTokenClassification", "AutoTokenizer", "BertConfig", "BertModel", "BertTokenizerFast",
+                      "DataCollatorForTokenClassification", "DataCollatorWithPadding", "PreTrainedTokenizerFast",
+                      "PretrainedConfig", "Trainer", "TrainerCallback", "TrainingArguments", "set_seed")
+_IMPORTING = threading.Lock()
+_IMPORTED: list[bool] = []
+
+
+def import_transformers() -> None:
+    """Resolve :data:`TRANSFORMERS_NAMES` once per process, one thread at a time: transformers imports its names
+    lazily, and two threads resolving one at once fail ("cannot import name 'BertConfig'"), e.g. two threads calling
+    ``kinject.run`` on a fresh cache. Every run calls it once its spec is checked (:func:`prepare`)."""
+    if _IMPORTED:
+        return
+    with _IMPORTING:
+        if not _IMPORTED:
+            import transformers
+
+            for name in TRANSFORMERS_NAMES:
+                getattr(transformers, name)
+            _IMPORTED.append(True)
 
 
 # -- resolution and validation ----------------------------------------------------------------- #
@@ -120,6 +144,9 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
         run.hook_settings(name)
     from kinject.models import check_model
 
+    # after every typo check (an error in a second, before torch loads); before any thread of this process resolves
+    # a name of transformers lazily
+    import_transformers()
     check_model(spec.model, model_path)  # reads the model's config (transformers): after every typo check
     if spec.knowledge.exclude is None:
         _fill_exclude(run, defaults.default_exclude(run))

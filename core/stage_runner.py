@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kinject import __version__
-from kinject.cache import StageLock, check_finished, clean_stage_folder, file_records, partial_path
+from kinject.cache import (StageLock, check_finished, clean_stage_folder, file_records, partial_path,
+                           read_stage_info)
 from kinject.distributed import _FENCES, barrier, broadcast, check_fence, is_main_process, rank, world_size
-from kinject.errors import KinjectError
+from kinject.errors import Interrupted, KinjectError
 from kinject.files import discard, filesystem_fault
 from kinject.interfaces import Stage, StageContext
 from kinject.keys import PlannedStage, plan
@@ -53,7 +54,10 @@ def stage_cost(config, run) -> dict[str, float | None]:
     return {"flops": flops, "scoring_flops": fixed.scoring_share(flops), "fixed_s": round(fixed.seconds, 3)}
 
 
-RUNNING: list[str] = []  # the stage this process is computing (what an interruption names)
+#: the stage this process is computing, its work folder and when it started (what an interruption names)
+RUNNING: list[tuple[str, Path, float]] = []
+
+
 def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path],
               alone: bool = False) -> tuple[bool, float]:
     """Run one stage unless cached. Returns (cached, seconds).
@@ -80,7 +84,7 @@ def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path
             done = bool(broadcast(done))
         run.hooks().kinject_stage_start(stage=stage.name, key=key, cached=done)
         if not done:
-            RUNNING.append(stage.name)
+            RUNNING.append((stage.name, partial_path(folder) / "work", time.time()))
             _FENCES.extend([lock] if lock is not None else [])
             try:
                 _compute(run, planned, stage_dirs, alone, start)
@@ -100,6 +104,7 @@ def run_stage(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path
                     raise
             finally:
                 RUNNING.pop()
+                Interrupted.defer(False)  # a training loop that ended without turning it off (an error)
                 del _FENCES[len(_FENCES) - (lock is not None):]
     if lost:  # wait for the process that took the stage over, then read its result: a cache hit
         with StageLock(folder, stage.name, run=str(run.output or "")):
@@ -278,9 +283,8 @@ def run_stages(run: RunContext) -> list[tuple[PlannedStage, bool, float]]:
 
 def _finished_elsewhere(planned: PlannedStage) -> tuple[bool, float]:
     """(cached, seconds) of a spread stage another process ran: read back from its stage.json."""
-    try:
-        info = json.loads((planned.folder / "stage.json").read_text())
-    except (OSError, ValueError):
+    info = read_stage_info(planned.folder)
+    if info is None:
         return True, 0.0
     ran_now = not planned.cached
-    return (not ran_now, float(info.get("seconds", 0.0)) if ran_now else 0.0)
+    return (not ran_now, float(info.get("seconds") or 0.0) if ran_now else 0.0)

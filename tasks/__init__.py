@@ -24,7 +24,7 @@ _EXPORTS = {  # name -> the module defining it
     ".catalogue": ("DatasetInfo",),
     # the mean over the tokens a mask keeps (bi-encoders, probes, MoP's entity states)
     ".pooling": ("masked_mean",),
-    # scoring helpers the evaluators use (and the evidence library's scorers)
+    # scoring helpers the evaluators use (weighted_auroc: the knowledge probe too)
     ".evaluators.calibration": ("expected_calibration_error",),
     ".evaluators.retrieval": ("relevant_ranks",),
     ".evaluators.scores": ("softmax", "weighted_auroc"),

@@ -15,12 +15,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from kinject.cli.printing import safe
 from kinject.api import registry
 
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Inject domain knowledge into transformer language models, and compare the ways.")
-err_console = Console(stderr=True)
+err_console = safe(Console(stderr=True))  # names and paths print as text, never as control sequences
 
 
 def _add_command_plugins() -> None:
@@ -102,7 +103,9 @@ def main(argv: list[str] | None = None) -> None:
             warnings.filterwarnings("ignore", message=pattern)
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from kinject.api import Interrupted
+    from kinject.cli.printing import safe_log
 
+    safe_log(logging.getLogger("kinject"))  # names and paths in log lines print as text, never as control sequences
     Interrupted.install()  # Ctrl-C / SIGTERM raise Interrupted (click would make a KeyboardInterrupt "Aborted!", exit 1)
     try:
         try:
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except OSError as exc:  # the disk refused a write outside a stage (a log file, a summary): still one line
-        from kinject.api import FAULTS
+        from kinject.files import FAULTS
 
         if debug or exc.errno not in FAULTS:
             raise

@@ -7,11 +7,14 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
+from kinject.cli.printing import safe
+
 
 def _bf16_line() -> str:
     """Whether training.bf16 (autocast) is on by default here, and the CPU instruction sets behind that."""
-    from kinject.api import BF16_FLAGS, cpu_info
-    from kinject.api import native_bf16
+    from kinject.machine import cpu_info
+    from kinject.machine import BF16_FLAGS
+    from kinject.defaults import native_bf16
 
     try:
         native = native_bf16()
@@ -28,10 +31,11 @@ def doctor():
 
     from rich.table import Table
 
-    from kinject.api import GROUPS, __version__, default_cache_dir, default_data_dir, offline, registry
+    from kinject.api import __version__, default_cache_dir, default_data_dir, offline, registry
+    from kinject.registry import GROUPS
     from kinject.cli.describe import plugin_infos
 
-    console = Console()
+    console = safe(Console())
     table = Table(title="environment", title_justify="left", show_header=False)
     table.add_row("kinject", __version__)
     table.add_row("python", sys.version.split()[0])

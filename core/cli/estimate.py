@@ -19,7 +19,6 @@ import json
 import logging
 import math
 import os
-import stat
 import statistics
 import time
 from dataclasses import dataclass
@@ -46,37 +45,18 @@ def _warn(path: Path, why: str, then: str) -> None:
 
 
 def read_record(path: Path, limit: int, then: str) -> dict | None:
-    """The JSON object in ``path`` (a file kinject wrote), or None with one warning saying why and ``then`` (what is
-    done instead): not a regular file (a FIFO is never opened, a device never read), over ``limit`` bytes, not JSON,
-    not an object. A missing file is None without a warning."""
+    """The JSON object in ``path`` (a file kinject wrote; :func:`kinject.records.read_record`), or None with one
+    warning saying why and ``then`` (what is done instead). A missing file is None without a warning."""
+    from kinject.errors import DataError, DataMissingError
+    from kinject.records import read_record as read_checked
+
     try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
+        return read_checked(path, dict, limit)
+    except DataMissingError:
         return None
-    except OSError as exc:
-        _warn(path, f"unreadable ({exc.strerror})", then)
+    except DataError as exc:
+        _warn(path, exc.reason, then)
         return None
-    if not stat.S_ISREG(mode):
-        _warn(path, "not a regular file", then)
-        return None
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1)
-    except OSError as exc:
-        _warn(path, f"unreadable ({exc.strerror})", then)
-        return None
-    if len(data) > limit:
-        _warn(path, f"larger than {limit:,} bytes", then)
-        return None
-    try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        _warn(path, "not JSON (cut short or damaged)", then)
-        return None
-    if not isinstance(value, dict):
-        _warn(path, f"holds a JSON {type(value).__name__}, not an object", then)
-        return None
-    return value
 
 
 def _positive(value: Any) -> float | None:
@@ -224,7 +204,7 @@ class Estimator:
                 and (not flops or 1 / SIMILAR <= p.flops / flops <= SIMILAR)]
 
     def __call__(self, name: str, cost: dict, shape=None) -> Estimate:
-        """Stage ``name``'s time from its cost (:func:`kinject.api.stage_cost`: ``flops``, ``scoring_flops``,
+        """Stage ``name``'s time from its cost (:func:`kinject.stage_runner.stage_cost`: ``flops``, ``scoring_flops``,
         ``fixed_s``) and the extra seconds of reading its knowledge sources (``read_s``; left out where earlier runs
         scale the estimate: they read them too)."""
         flops, fixed = cost.get("flops"), float(cost.get("fixed_s") or 0.0)
@@ -285,7 +265,8 @@ def read_seconds(config, env) -> float:
 
 def stage_estimates(run, estimator) -> list[tuple[Any, Any]]:
     """(planned stage, its estimate or None where it is cached) for every stage of a prepared run."""
-    from kinject.api import plan, stage_cost
+    from kinject.api import plan
+    from kinject.stage_runner import stage_cost
     from kinject.training import model_shape
 
     try:

@@ -23,7 +23,10 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
 
     from rich.console import Console
 
-    from kinject.api import KinjectError, build_spec, prepare, run_folder
+    from kinject.cli.printing import safe
+
+    from kinject.api import KinjectError, build_spec, prepare
+    from kinject.outputs import run_folder
     from kinject.spec_reading import apply_overrides
     from kinject.cli.tables import print_metrics
 
@@ -53,4 +56,4 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
         with run_folder(output, run_ctx, "eval") as folder:
             (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
             write_predictions(records, folder / "predictions")
-    print_metrics(Console(), f"{model_dir} on {task}", metrics)
+    print_metrics(safe(Console()), f"{model_dir} on {task}", metrics)

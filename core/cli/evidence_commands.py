@@ -15,10 +15,12 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
+from kinject.cli.printing import safe
+
 
 # redirected to a file (or captured), rich would fold run paths into an 80-column table: keep rows whole
-console = Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=200)
-err_console = Console(stderr=True)
+console = safe(Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=200))
+err_console = safe(Console(stderr=True))
 
 
 def compare(runs: List[str] = typer.Argument(..., help="Run directories, --repeats parents (seed-*/) or globs"),

@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from kinject.api import GROUPS, KinjectError, UnknownNameError, registry
+from kinject.api import KinjectError, UnknownNameError, registry
+from kinject.registry import GROUPS
 from kinject.cli.describe import plugin_info, plugin_infos
 
 KINDS = list(GROUPS)
@@ -40,10 +41,12 @@ def pipe_console(console=None):
 
     from rich.console import Console
 
+    from kinject.cli.printing import safe
+
     console = console or Console()
     if console.is_terminal or "COLUMNS" in os.environ or console.file not in (sys.stdout, sys.stderr):
-        return console  # a terminal, a width asked for, or a console writing elsewhere (a file, a recording)
-    return Console(file=console.file, width=100_000)
+        return safe(console)  # a terminal, a width asked for, or a console writing elsewhere (a file, a recording)
+    return safe(Console(file=console.file, width=100_000))
 
 
 def print_plugins(kind: str | None = None, check: bool = False, console=None) -> None:
@@ -97,7 +100,8 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
     from rich.markup import escape
     from rich.table import Table
 
-    from kinject.api import BASE_CLASSES, SINGULAR
+    from kinject.registry import BASE_CLASSES
+    from kinject.registry import SINGULAR
 
     out = pipe_console()  # piped: each field one line
     kinds = [kind] if kind else KINDS

@@ -93,7 +93,7 @@ def summarise(diffs: list[tuple[str, str]]) -> str:
 
 def _interrupted(folder: Path) -> str | None:
     """What an interrupted run of this very key left (None: nothing)."""
-    from kinject.api import partial_path
+    from kinject.cache import partial_path
 
     partial = partial_path(folder)
     if not partial.is_dir():

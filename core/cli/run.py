@@ -11,14 +11,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from kinject.cli.printing import safe
 from kinject.cli import python
 
-console = Console()
+console = safe(Console())  # names and paths print as text, never as control sequences
 
 
 def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir):
     from kinject.api import build_spec
-    from kinject.api import apply_overrides, load_spec_file
+    from kinject.api import apply_overrides
+    from kinject.spec_reading import load_spec_file
 
     data = load_spec_file(config) if config else {}
     if strategy:
@@ -77,7 +79,7 @@ def describe_training(run) -> list[str]:
 def _dry_run(run_ctx) -> None:
     import yaml
 
-    from kinject.api import resolved_spec
+    from kinject.preparation import resolved_spec
     from kinject.cli.estimate import Estimator, choice_estimate, stage_estimates
     from kinject.cli.misses import explain_miss
 
@@ -148,9 +150,9 @@ def run(ctx: typer.Context,
         _dry_run(runs[0])
         return
     first = runs[0]
-    console.print(f"[bold]{spec.strategy.name}[/] on [bold]{spec.task.name if spec.task else '(no task)'}[/] "
-                  f"(data: {describe_data(first)}, model: {spec.model.name}"
-                  f"{f', seeds {seeds[0]}..{seeds[-1]}' if repeats > 1 else ''}) -> {out}")
+    console.print(f"[bold]{escape(spec.strategy.name)}[/] on [bold]{escape(spec.task.name if spec.task else '(no task)')}"
+                  f"[/] (data: {escape(describe_data(first))}, model: {escape(spec.model.name)}"
+                  f"{f', seeds {seeds[0]}..{seeds[-1]}' if repeats > 1 else ''}) -> {escape(str(out))}", highlight=False)
     metrics = execute_runs(runs, out, announce=lambda line: console.print(line, markup=False, highlight=False,
                                                                           soft_wrap=True))
     if not is_main_process():

@@ -12,6 +12,7 @@ def print_metrics(console, title: str, metrics: dict, splits: list[str] | tuple[
     diagnostic) - then the sections :func:`kinject.cli.sections.show_section` shows (the knowledge probe,
     the knowledge dose, the paired comparison). Other sections (training statistics, corpus counts, perplexities)
     stay in metrics.json and the run's report."""
+    from rich.markup import escape
     from rich.table import Table
 
     from kinject.cli.sections import show_section
@@ -19,7 +20,7 @@ def print_metrics(console, title: str, metrics: dict, splits: list[str] | tuple[
     known = ("train", "comparison", "dose", "probe", "corpus", "mlm", "head", "perplexity", "pretrain", "teacher",
              "report", "architecture")
     shown = [s for s in (splits or [k for k in metrics if k not in known]) if isinstance(metrics.get(s), dict)]
-    table = Table(title=title, title_justify="left")
+    table = Table(title=escape(title), title_justify="left")  # names and paths are text, not markup
     table.add_column("split")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -27,7 +28,7 @@ def print_metrics(console, title: str, metrics: dict, splits: list[str] | tuple[
         for name, value in metrics[split].items():
             if isinstance(value, (int, float)) and not isinstance(value, bool) or \
                     isinstance(value, dict) and "mean" in value:
-                table.add_row(split, name, format_value(value))
+                table.add_row(escape(split), escape(name), format_value(value))
     console.print(table)
     for name, section in metrics.items():
         if name not in shown:

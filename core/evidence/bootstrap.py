@@ -11,9 +11,9 @@ the example interval, and the default, ``seeds-t+examples``: the example replica
 (:data:`DEFAULT_INTERVAL`; ``python -m benchmarks.coverage`` measures each one's coverage, docs/evidence.md). With
 one seed every kind is the example-only interval, and a verdict is not given (:func:`verdict`'s ``seeds``).
 
-Metrics that are sums over examples (accuracy, F1 from counts, MRR, Pearson from moments, ECE) are resampled as
-weighted sums (a replicate is a matrix product); others (AUROC, a third party's evaluator) are recomputed on the
-resampled examples.
+A metric from sums of its evaluator's statistics (accuracy, F1 from counts, MRR, Pearson from moments, ECE) is
+resampled as weighted sums (a replicate is a matrix product); others (AUROC, an evaluator without statistics) are
+recomputed on the resampled examples (:mod:`.scorers`).
 """
 
 from __future__ import annotations
@@ -48,11 +48,6 @@ class Interval:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def _weighted(scorer: Scorer) -> bool:
-    """Whether the scorer's value is a function of per-example sums (a replicate is then a weighted sum)."""
-    return type(scorer).value is Scorer.value
 
 
 def _weights(draws: np.ndarray, codes: np.ndarray, groups: int) -> np.ndarray:
@@ -97,7 +92,7 @@ def _replicates(scorer: Scorer, a: np.ndarray, b: np.ndarray, codes: np.ndarray,
     seeds, n = a.shape[2], a.shape[0]
     example_rng = np.random.default_rng(seed)
     seed_rng = np.random.default_rng([seed, 1])
-    weighted = _weighted(scorer)
+    weighted = scorer.additive
     width = max(1, a.shape[1] + b.shape[1]) * seeds * n + 3 * n  # per replicate: the gathered or weighted arrays
     batch = max(1, min(n_resamples, ELEMENTS_PER_BATCH // max(1, width)))
     diffs, picks = [], []

@@ -67,11 +67,12 @@ def constant_baseline(records: list[dict], metric: MetricDef) -> tuple[list[dict
     return [{**r, "pred": value} for r in records], f"the majority class {value!r}"
 
 
-def _score(metric: MetricDef, records: list[dict], fitted_on: list[list[dict]]) -> float:
+def _scores(metric: MetricDef, record_sets: list[list[dict]]) -> list[float]:
+    """The metric of each record set, from one scorer fitted on them all."""
     from kinject.evidence.scorers import scorer_for
 
-    scorer = scorer_for(metric, fitted_on)
-    return float(np.asarray(scorer.value(scorer.stats(records).T[:, None, :]))[0])
+    scorer = scorer_for(metric, record_sets)
+    return [float(np.asarray(scorer.value(scorer.stats(records).T[:, None, :]))[0]) for records in record_sets]
 
 
 def check(records: list[dict], metric: MetricDef, greater_is_better: bool = True) -> dict | None:
@@ -83,10 +84,10 @@ def check(records: list[dict], metric: MetricDef, greater_is_better: bool = True
         built = constant_baseline(records, metric)
         if built is not None:
             base_records, name = built
-            score = _score(metric, records, [records, base_records])
-            baseline = (_score(metric, base_records, [records, base_records]), score, name)
+            score, base = _scores(metric, [records, base_records])
+            baseline = (base, score, name)
         elif metric.evaluator == "auroc":
-            baseline = (0.5, _score(metric, records, [records]), "chance (AUROC 0.5)")
+            baseline = (0.5, _scores(metric, [records])[0], "chance (AUROC 0.5)")
     except Exception:  # noqa: BLE001 - a third party's evaluator that cannot score a constant: no baseline
         baseline = None
     beaten = baseline is None or (baseline[1] > baseline[0] + TOLERANCE if greater_is_better

@@ -38,6 +38,10 @@ from kinject.api import KinjectError, SpecError
 
 from kinject.experiments.grid_file import DIMENSIONS, LABEL, MAX_CELLS, PATH, STATE_DIR, Cell, Grid, GridFile
 
+#: a grid file's bytes at most: 10,000 cells need far fewer (a list of 10,000 seeds is 60 KB); more is a generated
+#: list gone wrong, refused before it is parsed
+GRID_FILE_BYTES = 2**20
+
 
 # -- loading ------------------------------------------------------------------------------------------ #
 def _fields(kind: str, name: str) -> set[str]:
@@ -138,9 +142,10 @@ def load_grid(path: Path, output: Path | None = None, sets: list[str] | None = N
     """Read and validate a grid file and build its cells; every error is one line (SpecError) naming the file and
     the field, raised before anything is written."""
     from kinject.api import format_validation_error, registry
-    from kinject.api import load_yaml
+    from kinject.spec_reading import load_yaml
 
     path = Path(path)
+    _check_file_size(path)
     data = load_yaml(path)
     try:
         spec = GridFile.model_validate(data)
@@ -175,6 +180,26 @@ def load_grid(path: Path, output: Path | None = None, sets: list[str] | None = N
     grid = Grid(path=path, file=spec, output=out)
     grid.cells = _cells(grid, cli)
     return grid
+
+
+def _check_file_size(path: Path) -> None:
+    """One line, before the file is parsed, when it is not a regular file or holds more than GRID_FILE_BYTES: the
+    work of reading it is bounded before any of it is expanded."""
+    import os
+
+    from kinject.records import file_kind
+
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise SpecError(f"{path}: config file not found") from None
+    kind = file_kind(status.st_mode)
+    if kind is not None:
+        raise SpecError(f"{path}: {kind}, not a regular file; write the grid to a file and name that")
+    if status.st_size > GRID_FILE_BYTES:
+        raise SpecError(f"{path}: {status.st_size:,} bytes, more than the {GRID_FILE_BYTES:,} a grid file of "
+                        f"{MAX_CELLS:,} cells at most needs; split it into several grid files (seeds: {{start: S, "
+                        "count: N}} names many seeds in one line)")
 
 
 def _check_size(path: Path, spec: GridFile) -> None:

@@ -9,6 +9,7 @@ released by the kernel when its process dies).
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,11 +17,24 @@ from kinject.experiments.grid_file import Cell
 
 
 def read_status(cell: Cell) -> dict:
+    """The cell's status record ({} when there is none or it is damaged: the cell's run folder then says whether it
+    is done; a damaged one is said once, and rewritten when the cell runs), read as user input is
+    (:func:`kinject.api.read_record`)."""
+    from kinject.api import DataError, DataMissingError, read_record
+
     try:
-        found = json.loads(cell.status_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_record(cell.status_file, limit=2**20)
+    except DataMissingError:
         return {}
-    return found if isinstance(found, dict) else {}
+    except DataError as exc:
+        if str(exc) not in _SAID:
+            _SAID.add(str(exc))
+            logging.getLogger("kinject").warning("grid cell status %s; ignored (its run folder says whether it is "
+                                                 "done)", exc)
+        return {}
+
+
+_SAID: set[str] = set()  # damaged status records already said
 
 
 def write_status(cell: Cell, **record: Any) -> None:
@@ -38,7 +52,7 @@ def write_status(cell: Cell, **record: Any) -> None:
 
 def is_locked(cell: Cell) -> bool:
     """Whether a process is running the cell now (it holds the cell's lock; released when it dies)."""
-    from kinject.api import lock_held
+    from kinject.cache import lock_held
 
     return lock_held(cell.lock_file)
 

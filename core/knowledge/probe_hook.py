@@ -20,13 +20,25 @@ PROBE_STAGE = "probe"
 QUICK_PAIRS = 100  # probe-train and probe-test pairs each in a quick try (the full probe: ProbeSettings' 400)
 
 
+def probe_by_default() -> bool:
+    """``KINJECT_PROBE``, read strictly (as ``KINJECT_CHOOSE``): unset or 1/true/yes/on -> on, 0/false/no/off ->
+    off; anything else is a one-line error."""
+    from kinject.api import KinjectError
+
+    value = os.environ.get("KINJECT_PROBE")
+    word = (value or "1").strip().lower()
+    if word not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise KinjectError(f"KINJECT_PROBE={value!r}: expected 0/false/no/off or 1/true/yes/on")
+    return word in ("1", "true", "yes", "on")
+
+
 class Config(PluginConfig):
     """The knowledge probe's settings (``hooks.knowledge-probe`` in a spec)."""
 
-    enabled: bool = Field(default_factory=lambda: os.environ.get("KINJECT_PROBE", "1") not in ("0", "false", "no"),
+    enabled: bool = Field(default_factory=probe_by_default,
                           description="Add the knowledge probe to a run with a task and an evaluate stage: the run's "
                           "final encoder and the base model scored the same way on held-out knowledge-graph facts. "
-                          "Unset: on, unless KINJECT_PROBE=0.")
+                          "Unset: on, unless KINJECT_PROBE is 0/false/no/off.")
     source: PluginRef | None = Field(None, description="The graph the probe asks about (a triples source, e.g. "
                                      "{name: hpo, include: [isa]}). Unset: the run's first triples source, else the "
                                      "HPO is-a graph; `kinject grid` gives every arm of a task the graph its "

@@ -21,7 +21,7 @@ and labelled memorisation. Every input is recorded in run.json's ``knowledge.inp
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 import logging
 from pathlib import Path
 from typing import Any
@@ -127,7 +127,7 @@ def run_folder_of(path: str | Path) -> Path | None:
     if not local.is_dir():  # a named model (minilm, tiny) or a hub id
         return None
     for folder in (local, local.parent):
-        if (folder / "run.json").is_file():
+        if os.path.lexists(folder / "run.json"):  # whatever it is: a damaged one is refused, not passed over
             return folder
     return None
 
@@ -170,15 +170,15 @@ def model_input(run, path: str | Path, field: str) -> dict | None:
     folder = run_folder_of(path)
     if folder is None:
         return None
-    where = folder / "run.json"
+    from kinject.api import DataError, read_run
+
     try:
-        info = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"{field}: {where} is not a readable run.json ({exc})") from None
+        info, metrics = read_run(folder)  # an input: damaged is refused, in one line naming the file
+    except DataError as exc:
+        raise SpecError(f"{field}: a damaged kinject run: {exc}") from None
     facts, memorisation = reference_facts(run)
     knowledge = info.get("knowledge") or {}
-    metrics = folder / "metrics.json"
-    dose = json.loads(metrics.read_text()).get("dose") if metrics.is_file() else None
+    dose = metrics.get("dose")
     spec = info.get("spec") or {}
     task = _task_of(spec, run)
     env = dataclasses.replace(run.env, limit=None, seed=info.get("seed", run.env.seed))

@@ -62,45 +62,105 @@ def training_arguments(training: TrainingSpec, output_dir: Path, seed: int, **ov
     return TrainingArguments(**kwargs)
 
 
+#: the trainer state files a checkpoint may hold -> the keys each one's dict has (as the Trainer writes them)
+STATE_FILES = {"optimizer.pt": ("state", "param_groups"), "scheduler.pt": (), "scaler.pt": (),
+               "rng_state*.pth": ("python", "numpy", "cpu")}
+
+
+def state_file_problem(path: Path, keys: tuple[str, ...] = ()) -> str | None:
+    """Why a trainer state file (``optimizer.pt``, ``rng_state.pth``, ...) is not one the Trainer can resume from
+    (None when it is): a regular file that torch's safe loader reads (memory-mapped) as a dict with ``keys``."""
+    import pickle
+    import stat
+    from contextlib import nullcontext
+
+    import torch
+
+    try:
+        from transformers.trainer import safe_globals  # the numpy types an rng_state.pth holds, as the Trainer allows
+    except ImportError:
+        safe_globals = nullcontext
+
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would hang the loader, a device feed it forever
+        return "not a regular file"
+    try:
+        with safe_globals():
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as exc:
+                if "mmap" not in str(exc):
+                    raise
+                state = torch.load(path, map_location="cpu", weights_only=True)  # the legacy (non-zip) format
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError, TypeError, OSError) as exc:
+        return f"not a torch state file ({(str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]})"
+    if not isinstance(state, dict) or any(key not in state for key in keys):
+        return f"a {type(state).__name__} without {', '.join(keys) or 'a state dict'}"
+    return None
+
+
+def checkpoint_problem(folder: Path, step: int) -> str | None:
+    """Why the Trainer checkpoint ``folder`` of step ``step`` cannot be resumed from (None: it can): its
+    trainer_state.json (written last) missing, damaged or of another step, a weights file cut short, a trainer state
+    file (:data:`STATE_FILES`) damaged, the best weights its dev selection refers to missing or cut short."""
+    from kinject.api import DataError, read_record, weights_problem
+
+    from .selection import best_weights
+
+    try:
+        state = read_record(folder / "trainer_state.json")
+    except DataError as exc:
+        return f"trainer_state.json: {getattr(exc, 'reason', exc)}"
+    if state.get("global_step") != step:
+        return "its trainer_state.json is not of this step"
+    weights = [*sorted(folder.glob("*.safetensors")), *([best] if (best := best_weights(folder, state)) else [])]
+    for path in weights:
+        if not path.is_file():
+            return f"{path.name}: missing"
+        if why := weights_problem(path):
+            return f"{path.name}: {why}"
+    for pattern, keys in STATE_FILES.items():
+        for path in sorted(folder.glob(pattern)):
+            if why := state_file_problem(path, keys):
+                return f"{path.name}: {why}"
+    return None
+
+
+def stage_of(work: Path) -> str:
+    """The stage whose work folder ``work`` is (``<cache>/stages/<stage>/<key>.partial/work``), else the folder."""
+    work = Path(work)
+    return work.parent.parent.name if work.parent.name.endswith(".partial") else str(work)
+
+
 def last_checkpoint(work: Path) -> str | None:
-    """The newest complete Trainer checkpoint in ``work`` (None: none). A checkpoint is complete once its
-    trainer_state.json, which the Trainer writes last, reads back; newer incomplete ones (a process killed while
-    writing) are removed, so training resumes from the one before and rewrites them."""
-    import json
+    """The newest Trainer checkpoint in ``work`` that training can resume from (None: none), said in one line
+    (``resuming stage X from its checkpoint at step N`` or ``no checkpoint: starting stage X over``). Newer ones
+    that are incomplete (a process killed while writing) or damaged (:func:`checkpoint_problem`) are removed, each
+    with a warning, so training resumes from the one before and rewrites them."""
+    import logging
     import re
     import shutil
 
+    log = logging.getLogger("kinject")
     work = Path(work)
-    if not work.is_dir():
-        return None
     found = sorted((int(m.group(1)), p) for p in work.iterdir()
-                   if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name)))
-    from kinject.api import weights_problem
-
+                   if p.is_dir() and (m := re.fullmatch(r"checkpoint-(\d+)", p.name))) if work.is_dir() else []
     for step, folder in reversed(found):
-        problem = None
-        try:
-            state = json.loads((folder / "trainer_state.json").read_text())
-            if int(state.get("global_step", -1)) != step:
-                problem = "its trainer_state.json is not of this step"
-            else:  # every weights file whole: a power loss can leave a short file behind a complete state file
-                problem = next((f"{p.name}: {why}" for p in sorted(folder.glob("*.safetensors"))
-                                if (why := weights_problem(p))), None)
-        except (OSError, ValueError, TypeError):
-            problem = "its trainer_state.json is missing or unreadable"
+        problem = checkpoint_problem(folder, step)
         if problem is None:
+            log.info("resuming stage %s from its checkpoint at step %d", stage_of(work), step)
             return str(folder)
-        import logging
-
-        logging.getLogger("kinject").warning("resume: %s is incomplete (%s: the process stopped while writing it); "
-                                             "resuming from the checkpoint before it", folder, problem)
+        log.warning("resume: checkpoint %s is incomplete or damaged (%s); resuming from the checkpoint before it, "
+                    "if any", folder, problem)
         shutil.rmtree(folder, ignore_errors=True)
+    log.info("no checkpoint: starting stage %s over", stage_of(work))
     return None
 
 
 class HookCallback:
     """Forward Trainer logs to the kinject.hooks event ``kinject_metrics_logged``; with a ``scorer``, also
-    score the dev split every ``eval_steps`` steps and announce it as ``eval/<metric>``."""
+    score the dev split every ``eval_steps`` steps and announce it as ``eval/<metric>``. In one process, Ctrl-C or
+    SIGTERM while training ends the current step, saves a checkpoint and then stops the run, saying so
+    (:meth:`kinject.api.Interrupted.defer`); ``--resume`` continues from it."""
 
     def __new__(cls, stage: str, scorer: Callable | None = None, eval_steps: int | None = None,
                 skip: Callable | None = None):
@@ -117,9 +177,35 @@ class HookCallback:
                     announce({k: float(v) for k, v in logs.items() if isinstance(v, (int, float))},
                              state.global_step)
 
-            def on_step_end(self, args, state, control, model=None, **kwargs):
-                from kinject.api import check_fence
+            def on_train_begin(self, args, state, control, **kwargs):
+                from kinject.api import Interrupted
 
+                if args.world_size == 1:  # under DDP every process would have to save at the same step
+                    Interrupted.defer(True)
+
+            def on_train_end(self, args, state, control, **kwargs):
+                from kinject.api import Interrupted
+
+                Interrupted.defer(False)
+
+            def on_save(self, args, state, control, **kwargs):
+                from kinject.api import Interrupted
+
+                signum = Interrupted.take_deferred()
+                if signum is not None:  # the checkpoint of the interrupted step is complete: stop here
+                    Interrupted.defer(False)
+                    raise Interrupted(signum, saved_step=state.global_step)
+
+            def on_step_end(self, args, state, control, model=None, **kwargs):
+                from kinject.api import Interrupted, check_fence
+
+                if Interrupted.deferred() is not None and not control.should_save:
+                    import logging
+
+                    logging.getLogger("kinject").warning(
+                        "interrupted: saving a checkpoint at step %d first (interrupt again to stop at once)",
+                        state.global_step)
+                    control.should_save = True
                 check_fence()  # a holder whose lease another process took over stops writing (KINJECT_LOCK=lease)
                 if scorer and eval_steps and state.global_step % eval_steps == 0 and state.is_world_process_zero \
                         and not (skip and skip(state)):

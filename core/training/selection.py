@@ -12,7 +12,6 @@ so it does not change what is trained.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
@@ -126,14 +125,26 @@ class DevSelection:
         return Callback()
 
 
-def _saved_state(checkpoint: Path) -> dict | None:
-    """The selection state a Trainer checkpoint holds (None: none)."""
+def _saved_state(checkpoint: Path, saved: dict | None = None) -> dict | None:
+    """The selection state a Trainer checkpoint holds (None: none, or its trainer_state.json is unreadable);
+    ``saved``: that trainer_state.json, already read."""
+    from kinject.api import DataError, read_record
+
     try:
-        saved = json.loads((checkpoint / "trainer_state.json").read_text())
-    except (OSError, ValueError):
+        saved = read_record(checkpoint / "trainer_state.json") if saved is None else saved
+    except DataError:
         return None
-    entry = (saved.get("stateful_callbacks") or {}).get(CALLBACK_NAME)
-    return entry.get("attributes") if isinstance(entry, dict) else None
+    callbacks = saved.get("stateful_callbacks")
+    entry = callbacks.get(CALLBACK_NAME) if isinstance(callbacks, dict) else None
+    attributes = entry.get("attributes") if isinstance(entry, dict) else None
+    return attributes if isinstance(attributes, dict) else None
+
+
+def best_weights(checkpoint: Path, saved: dict) -> Path | None:
+    """The best weights file (in the stage's work folder) the selection state of ``checkpoint`` refers to (None:
+    none); ``saved``: its trainer_state.json."""
+    step = (_saved_state(checkpoint, saved) or {}).get("best_step")
+    return Path(checkpoint).parent / f"best-step-{step}.safetensors" if isinstance(step, int) else None
 
 
 def _unshared(tensors: dict) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -158,7 +159,8 @@ def finetune_stage(run, name: str = "finetune", init_from: str | None = None, ta
                             training=finetune_training(training or run.spec.training), seed=run.spec.seed,
                             init_from=init_from)
     return Stage(name=name, body=finetune_body, config=config, inputs=(init_from,) if init_from else (),
-                 produces_model=True, artifacts=("peft-adapter",) if config.training.peft else ())
+                 produces_model=True, artifacts=("peft-adapter",) if config.training.peft else (),
+                 published=("peft-adapter",) if config.training.peft else ())
 
 
 # -- evaluation ------------------------------------------------------------------------------------- #
@@ -254,8 +256,11 @@ def run_evaluate_config(model_dir: Path, cfg: EvaluateConfig) -> EvaluateConfig:
     """``cfg``'s fields in the class of the evaluate stage of the run that exported ``model_dir`` (run.json beside
     it), so a model that needs its own ``load_model`` (MoP's fused model) is loaded the way the run scored it;
     ``cfg`` for any other folder."""
-    info = Path(model_dir).parent / "run.json"
-    cls = evaluate_config_class(json.loads(info.read_text(encoding="utf-8")), str(info)) if info.is_file() else None
+    from kinject.api import read_run
+
+    folder = Path(model_dir).parent
+    cls = evaluate_config_class(read_run(folder)[0], str(folder / "run.json")) \
+        if os.path.lexists(folder / "run.json") else None
     return cfg if cls is None or cls is type(cfg) else cls(**dict(cfg))
 
 

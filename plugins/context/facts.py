@@ -1,6 +1,6 @@
-"""The context strategy's own stage: ``context-facts`` - what the model is handed, split by split (``context.json``:
-how many inputs link, facts per input, examples) and the dose of the training split (``dose.json``: the facts
-shown in context while training)."""
+"""The context strategy's own stage, ``context-facts``, and its config: what the model is handed, split by split
+(``context.json``: how many inputs link, facts per input, examples) and the dose of the training split
+(``dose.json``: the facts shown in context while training)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,17 @@ import json
 
 import numpy as np
 
-from kinject.api import StageContext, fact_key, is_main_process
+from kinject.api import StageConfig, StageContext, TaskRef, fact_key, is_main_process
 from kinject.knowledge import write_dose
 
-from .stages import ContextFactsConfig
-
 EXAMPLES_SHOWN = 20  # inputs per split written to context.json with the facts they were given
+
+
+class ContextFactsConfig(StageConfig):
+    """The task with its inputs transformed (the TaskRef the fine-tune stage trains on) and the splits to report."""
+
+    task: TaskRef
+    splits: list[str]
 
 
 def context_facts_body(cfg: ContextFactsConfig, ctx: StageContext) -> None:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from kinject.api import StageContext, is_main_process
+from kinject.api import NOT_KEYED, StageConfig, StageContext, TaskRef, TrainingSpec, is_main_process
 
 from .features import PairedCollator, align, featurize_one_to_one, make_projection, model_outputs, pair_features
-from .stages import DistillConfig
 
 
 @dataclass
@@ -91,6 +91,31 @@ def l_at(model, tokenizer, task, env, examples: list[dict], cfg, teacher: Teache
     target = teacher.analysis(task, env, examples, cfg.max_length, cfg.batch_size)
     kind = cfg.projection if cfg.objective == "abd" else "random"
     return float(sign_disagreements(*teacher.aligned(student, target, kind)).float().mean())
+
+
+class DistillConfig(StageConfig):
+    """The fine-tuned student (stage ``student_stage``) distilled from the teacher, then refined."""
+
+    task: TaskRef
+    objective: Literal["abd", "kd", "none"]
+    training: TrainingSpec
+    seed: int
+    max_length: int
+    attn_implementation: str = "sdpa"
+    student_stage: str  # the fine-tuned student (its model/ is where distillation starts)
+    teacher_stage: str | None = Field(None, description="Teacher model stage, run on every batch (no cache).")
+    outputs_stage: str | None = Field(None, description="Stage with the teacher's cached outputs.")
+    beta: float
+    gamma: float | None = None  # fields an objective does not use are None (so they do not key it)
+    margin: float | None = None
+    margin_unit: Literal["absolute", "teacher"] | None = None
+    abd_scale: float | None = None
+    projection: Literal["auto", "random", "learned"] | None = None
+    kd_temperature: float | None = None
+    kd_alpha: float | None = None
+    analysis_split: str | None = None
+    analysis_examples: int | None = None
+    batch_size: int = Field(64, json_schema_extra=NOT_KEYED)
 
 
 def distill_body(cfg: DistillConfig, ctx: StageContext) -> None:

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kinject.api import StageContext, is_main_process
-
-from .stages import ReportConfig
+from kinject.api import StageConfig, StageContext, TaskRef, is_main_process
 
 log = logging.getLogger("kinject")
 ROLES = {"student_ft": "fine-tuned student", "teacher": "teacher"}  # "student": the variant's student
@@ -120,6 +118,20 @@ def write_report(out: Path, task, env, folders: dict[str, Path], metric: str, bi
     (out / "calibration.json").write_text(json.dumps(calibration, indent=2))
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     return metrics
+
+
+class ReportConfig(StageConfig):
+    """Student, fine-tuned student and teacher side by side: task metrics, ECE, % of the teacher retained,
+    L_AT before/after distillation; reliability diagrams."""
+
+    task: TaskRef
+    variant: str
+    metric: str
+    bins: int
+    final: str  # the evaluation of the variant's student
+    baseline: str  # the evaluation of the fine-tuned student
+    teacher: str | None = None  # the teacher's evaluation (None: the run has no teacher)
+    distill: str | None = None  # the distillation stage, for L_AT (None: cp-only)
 
 
 def report_body(cfg: ReportConfig, ctx: StageContext) -> None:

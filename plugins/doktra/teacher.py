@@ -1,16 +1,18 @@
-"""The teacher: its reference and checks (run before any stage, from :mod:`.plan`), a given fine-tuned teacher
+"""The teacher: its reference and checks (run before any stage, from :mod:`.strategy`), a given fine-tuned teacher
 taken with its head put in the task's label order, and its frozen outputs cached once per example (the stage
-bodies at the end; CTT is the shared fine-tune body with :class:`.trainers.CalibratedConfig`)."""
+bodies and their configs at the end; CTT is the shared fine-tune body with :class:`.trainers.CalibratedConfig`)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from kinject.api import Head, KinjectError, ModelRef, SpecError, StageContext, is_main_process
+from pydantic import Field
+
+from kinject.api import (NOT_KEYED, Head, KinjectError, ModelRef, SpecError, StageConfig, StageContext, TaskRef,
+                         is_main_process)
 
 from .features import featurize_one_to_one, model_outputs
-from .stages import ImportConfig, TeacherOutputsConfig
 
 
 def classifier_labels(config: Any) -> list[str] | None:
@@ -93,6 +95,25 @@ def align_labels(model, head: Head) -> list[int]:
 
 
 # -- stage bodies ------------------------------------------------------------------------------------ #
+class ImportConfig(StageConfig):
+    """Take a teacher that is already fine-tuned on the task: its head's rows put in the task's label order."""
+
+    teacher: ModelRef
+    task: TaskRef
+
+
+class TeacherOutputsConfig(StageConfig):
+    """The frozen teacher's last-layer [CLS] and logits for every training example and the L_AT examples."""
+
+    task: TaskRef
+    teacher_stage: str
+    max_length: int
+    attn_implementation: str = "sdpa"
+    analysis_split: str
+    analysis_examples: int
+    batch_size: int = Field(64, json_schema_extra=NOT_KEYED)
+
+
 def import_body(cfg: ImportConfig, ctx: StageContext) -> None:
     from kinject.training import save_model
 

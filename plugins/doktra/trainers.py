@@ -1,14 +1,13 @@
 """HF Trainer subclasses for DoKTra's losses (passed to ``kinject.training.train(trainer_cls=...)``).
 
 * :func:`calibrated_trainer`: L = mean(CE - beta H(p)) - calibrated teacher training (CTT) and cp-only, and
-  :class:`CalibratedConfig`, the fine-tune config whose ``trainer_class`` returns it (here, beside the code it calls:
-  a config's module joins the key of every stage configured from it).
+  :class:`CalibratedConfig`, the fine-tune config whose ``trainer_class`` returns it (beside the code it calls).
 * :func:`distill_trainer`: before the switch step the distillation loss (the scaled AB hinge on the
   last-layer [CLS], or KD on logits), from the switch step on the refinement loss CE - beta2 H(p).
 
 The switch step is int(gamma x N) of the stage's N optimiser steps (the reference switches after int(epochs x gamma)
-whole epochs, the same only at its 10 epochs; with 2 epochs it would refine for half the steps). The phase of a step follows
-from ``state.global_step``, so it is right after ``--resume`` too.
+whole epochs, the same only at its 10 epochs; with 2 epochs it would refine for half the steps). The phase of a step
+follows from ``state.global_step``, so it is right after ``--resume`` too.
 """
 
 from __future__ import annotations

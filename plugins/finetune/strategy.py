@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kinject.api import Stage, Strategy
+from kinject.api import PluginConfig, Stage, Strategy
 from kinject.training import evaluate_stage, finetune_stage
 
-from .config import FinetuneStrategyConfig
+
+class FinetuneStrategyConfig(PluginConfig):
+    """Options of the `finetune` strategy (it has none: everything is in the run's model/task/training)."""
 
 
 class FinetuneStrategy(Strategy):

@@ -4,6 +4,7 @@ model, datasets, pipeline tag, ``model-index``) over a body written from run.jso
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -27,19 +28,53 @@ PIPELINES = {"token": ("token-classification", "Token Classification"),
 
 
 def read_json(path: Path) -> dict:
-    """A run file as a dict ({} when absent); one that is not a JSON object is one line naming it."""
-    from kinject.api import DataError
+    """A run file as a dict ({} when absent), read as user input is (:func:`kinject.api.read_record`: a regular file,
+    bounded, a JSON object); a damaged one is one line naming it."""
+    import os
 
-    if not path.is_file():
+    from kinject.api import DataError, read_record
+
+    if not os.path.lexists(path):
         return {}
     try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"cannot read ({exc})", path) from None
-    if not isinstance(found, dict):
-        raise DataError(f"expected a JSON object (as kinject writes it), got a {type(found).__name__}; nothing is "
-                        "pushed", path)
-    return found
+        return read_record(path)
+    except DataError as exc:
+        raise DataError(f"{exc.reason}; nothing is pushed", path) from None
+
+
+def run_files(run_dir: Path) -> tuple[dict, dict]:
+    """(run.json, metrics.json) of the run a card is written from, read and schema-checked as every run folder kinject
+    reads as an input (:func:`kinject.api.read_run`); a damaged one is one line naming it."""
+    from kinject.api import DataError, read_run
+
+    try:
+        return read_run(run_dir)
+    except DataError as exc:
+        raise DataError(f"{exc.reason}; nothing is pushed", exc.path) from None
+
+
+# -- text from a run's files in the card's markdown ------------------------------------------------------------ #
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_MARKUP = re.compile(r"[\\`*\[\]<>|~]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")  # an intraword _ is no markup
+
+
+def _plain(text) -> str:
+    """``text`` on one line: control characters (line breaks, escapes) shown as escapes (``\\n``, ``\\x1b``)."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def md(text) -> str:
+    """``text`` from a run's files as plain text in the card's markdown: one line, every markup character escaped."""
+    return _MARKUP.sub(lambda m: "\\" + m.group(), _plain(text))
+
+
+def code(text) -> str:
+    """``text`` as an inline code span it cannot end early: one line, a fence longer than any run of backticks in
+    it, ``|`` escaped for tables."""
+    text = _plain(text).replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def task_kind(info: dict, files: dict[str, Path]) -> str:
@@ -104,8 +139,7 @@ def hub_metric(name: str) -> str:
 def model_card(run_dir: Path, repo_id: str, files: dict[str, Path], license: str | None = None) -> ModelCard:
     """The card of the run in ``run_dir`` published as ``repo_id`` with ``files`` (repo path -> local file) under
     ``license`` (the Hub's licence id)."""
-    info = read_json(run_dir / "run.json")
-    metrics = read_json(run_dir / "metrics.json")
+    info, metrics = run_files(run_dir)
     probe = read_json(run_dir / "probe.json") or flat_probe(metrics.get("probe"))  # probe.json has model/base
     data = card_data(info, metrics, repo_id, files, license)
     body = "\n".join(part for part in (
@@ -118,21 +152,21 @@ def model_card(run_dir: Path, repo_id: str, files: dict[str, Path], license: str
 
 # -- the body's sections ---------------------------------------------------------------------------------------- #
 class Prose(str):
-    """A table value shown as text (others are shown as code)."""
+    """A table value shown as text, markdown already (its parts from a run's files through :func:`md` or
+    :func:`code`); others are shown as code."""
 
 
 def _value(value) -> str:
     if isinstance(value, Prose):
-        return value.replace("|", "\\|")
+        return str(value)  # (written with md/code)
     if isinstance(value, float):
         return f"{value:,.0f}" if value.is_integer() and abs(value) >= 1000 else f"{value:.4g}"
-    text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-    return "`" + text.replace("|", "\\|") + "`"
+    return code(json.dumps(value) if isinstance(value, (dict, list)) else str(value))
 
 
 def _table(rows: dict, header: tuple[str, str] = ("setting", "value")) -> str:
     lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
-    lines += [f"| {key} | {_value(value)} |" for key, value in rows.items()]
+    lines += [f"| {md(key)} | {_value(value)} |" for key, value in rows.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -151,10 +185,10 @@ def summary(info: dict, repo_id: str) -> str:
     task = (spec.get("task") or {}).get("name", "?")
     doc = _strategy_doc(strategy).rstrip(".")
     hub = base_model(info)
-    base = f"[`{hub}`](https://huggingface.co/{hub})" if hub else f"`{model_label(info)}`"
-    how = f" ({doc})" if doc else ""
-    return (f"# {repo_id.split('/')[-1]}\n\n{base} trained with kinject's `{strategy}` strategy{how} on the "
-            f"`{task}` task.\n")
+    base = f"[{code(hub)}](https://huggingface.co/{md(hub)})" if hub else code(model_label(info))
+    how = f" ({md(doc)})" if doc else ""
+    return (f"# {md(repo_id.split('/')[-1])}\n\n{base} trained with kinject's {code(strategy)} strategy{how} on "
+            f"the {code(task)} task.\n")
 
 
 def sources_text(info: dict) -> Prose:
@@ -175,7 +209,7 @@ def sources_text(info: dict) -> Prose:
     parts = []
     for source in sources:
         settings = {k: v for k, v in source.items() if k != "name" and v != _default("sources", source["name"], k)}
-        parts.append(f"`{source['name']}` ({', '.join(f'{k}={v}' for k, v in settings.items())})")
+        parts.append(f"{code(source['name'])} ({md(', '.join(f'{k}={v}' for k, v in settings.items()))})")
     return Prose("; ".join(parts))
 
 
@@ -205,11 +239,11 @@ def setup_section(info: dict) -> str:
             "task": name, "task options": _local(task), "data": _local(info.get("data")),
             "seed": info.get("seed", spec.get("seed"))}
     if training.get("limit"):
-        rows["limit"] = Prose(f"trained and evaluated on the first {training['limit']} examples per split")
+        rows["limit"] = Prose(f"trained and evaluated on the first {md(training['limit'])} examples per split")
     text = "## Setup\n\n" + _table({k: v for k, v in rows.items() if v not in (None, {})})
     strategy = {k: v for k, v in (spec.get("strategy") or {}).items() if k != "name"}
     if strategy:
-        text += f"\n### Strategy settings (`{spec['strategy']['name']}`)\n\n" + _table(strategy)
+        text += f"\n### Strategy settings ({code(spec['strategy']['name'])})\n\n" + _table(strategy)
     if training:
         text += "\n### Training settings\n\n" + _table(training)
     return text
@@ -220,13 +254,14 @@ def results_section(metrics: dict) -> str:
     if not splits:
         return ""
     names = list(dict.fromkeys(name for values in splits.values() for name in values))
-    lines = ["## Results\n", "| split | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
-    lines += [f"| {split} | " + " | ".join(f"{values[n]:.4f}" if n in values else "" for n in names) + " |"
+    lines = ["## Results\n", "| split | " + " | ".join(map(md, names)) + " |", "|---" * (len(names) + 1) + "|"]
+    lines += [f"| {md(split)} | " + " | ".join(f"{values[n]:.4f}" if n in values else "" for n in names) + " |"
               for split, values in splits.items()]
     train = metrics.get("train") or {}
     kept = {k: train[k] for k in ("train_loss", "global_step", "epoch", "trainable_parameters") if k in train}
     if kept:
-        lines.append("\nTraining: " + ", ".join(f"{k} {_value(v).strip('`')}" for k, v in kept.items()) + ".")
+        lines.append("\nTraining: " + ", ".join(f"{k} {md(v if isinstance(v, str) else _value(v).strip('`'))}"
+                                                 for k, v in kept.items()) + ".")
     return "\n".join(lines) + "\n"
 
 
@@ -238,7 +273,7 @@ def learned_section(run_dir: Path) -> str:
     flag = run_not_learned(run_dir)
     if not flag:
         return ""
-    return (f"> **Not learned.** On the test split: {flag['reason']}. Its scores below are not "
+    return (f"> **Not learned.** On the test split: {md(flag['reason'])}. Its scores below are not "
             "evidence about the method that trained it.\n")
 
 
@@ -258,11 +293,12 @@ def comparison_section(metrics: dict) -> str:
             value = c.get(key)
             return f"{value:{sign}.4f}" if isinstance(value, (int, float)) else "?"
 
-        interval = (f"{round(100 * c.get('confidence', 0.95))}% [{number('ci_low', '+')}, {number('ci_high', '+')}] "
-                    f"({c.get('method', 'percentile')}, {c.get('n_resamples', '?')} resamples)")
-        lines.append(f"| {c.get('split', 'test')} | {c.get('metric')} | {c.get('baseline_name', 'baseline')} "
-                     f"{number('baseline')} | {c.get('other_name', '')} {number('other')} | "
-                     f"{number('difference', '+')} | {interval} | {c.get('n', '?')} | {c.get('verdict', '-')} |")
+        confidence = c.get("confidence") if isinstance(c.get("confidence"), (int, float)) else 0.95
+        interval = (f"{round(100 * confidence)}% [{number('ci_low', '+')}, {number('ci_high', '+')}] "
+                    f"({md(c.get('method', 'percentile'))}, {md(c.get('n_resamples', '?'))} resamples)")
+        lines.append(f"| {md(c.get('split', 'test'))} | {md(c.get('metric'))} | {md(c.get('baseline_name', 'baseline'))} "
+                     f"{number('baseline')} | {md(c.get('other_name', ''))} {number('other')} | "
+                     f"{number('difference', '+')} | {interval} | {md(c.get('n', '?'))} | {md(c.get('verdict', '-'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -303,8 +339,8 @@ def probe_section(probe: dict | None) -> str:
         kind = facts.get("kind")
         what = {"generalisation": "facts held out of every knowledge source (generalisation)",
                 "memorisation": "edges of the injected graph (memorisation)"}.get(kind, kind)
-        lines.append(f"\nFacts asked about: {facts.get('test_pairs', '?')} probe-test pairs of the "
-                     f"`{facts.get('source', '?')}` graph" + (f", {what}" if what else "") + ".")
+        lines.append(f"\nFacts asked about: {md(facts.get('test_pairs', '?'))} probe-test pairs of the "
+                     f"{code(facts.get('source', '?'))} graph" + (f", {md(what)}" if what else "") + ".")
     return "\n".join(lines) + "\n"
 
 
@@ -323,7 +359,7 @@ def usage_section(repo_id: str, files: dict[str, Path], loader: str | None = Non
     config = read_json(files["config.json"]) if "config.json" in files else {}
     lines = ["## How to use\n"]
     if loader:
-        lines.append(f"This task model needs kinject's `{loader}` strategy to load as it was evaluated "
+        lines.append(f"This task model needs kinject's {code(loader)} strategy to load as it was evaluated "
                      "(`pip install kinject`, then `kinject eval <run folder>/model --task ...`: its evaluate "
                      "stage's `load_model`): `from_pretrained` alone loads the encoder and the head without the "
                      "rest.\n")
@@ -356,7 +392,7 @@ def files_section(files: dict[str, Path]) -> str:
     lines = ["## Files\n"]
     for top, size in sizes.items():
         about = f": {FOLDERS[top]}" if top in FOLDERS else ""
-        lines.append(f"* `{top}` ({size_text(size)}){about}")
+        lines.append(f"* {code(top)} ({size_text(size)}){about}")
     return "\n".join(lines) + "\n"
 
 
@@ -374,9 +410,11 @@ def reproduce_section(info: dict, run_dir: Path) -> str:
     if command:
         line, variables = reproduce_command(command, run_dir)
         setting = "".join(f"{name}=...  # {what}\n" for name, what in variables.items())
+        block = "\n".join(map(_plain, f"{setting}{line}".split("\n")))  # in a fence no backtick run ends
+        fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", block)), default=0) + 1)
         lines.append("The command that made this run, to paste"
                      + (" after setting the folders of your machine it reads (this machine's are not published)"
-                        if variables else "") + f":\n\n```bash\n{setting}{line}\n```\n")
+                        if variables else "") + f":\n\n{fence}bash\n{block}\n{fence}\n")
     extra = {"seed": info.get("seed"), "git sha": info.get("git_sha"), "created": info.get("created"),
              **(info.get("versions") or {})}
     lines.append(_table({k: v for k, v in extra.items() if v is not None}, ("provenance", "value")))

@@ -9,9 +9,7 @@ updates of one head's rows (Q/K/V) and columns (O).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 from torch import nn
@@ -154,24 +152,3 @@ class HeadGates:
 
     def __exit__(self, *exc) -> None:
         self.detach()
-
-
-@contextmanager
-def gated(model: nn.Module, gates: torch.Tensor) -> Iterator[HeadGates]:
-    """``with gated(model, gates): model(...)`` runs the model with head gates applied."""
-    with HeadGates(model, gates) as hg:
-        yield hg
-
-
-def head_slices(layout: HeadLayout, layer: int, head: int) -> dict[str, torch.Tensor]:
-    """Views of one head's parameters: Q/K/V weight rows and bias entries, O weight columns."""
-    att = layout.layers[layer]
-    rows = slice(head * layout.head_dim, (head + 1) * layout.head_dim)
-    out = {}
-    for name in ("query", "key", "value"):
-        lin = getattr(att, name)
-        out[f"{name}.weight"] = lin.weight[rows]
-        if lin.bias is not None:
-            out[f"{name}.bias"] = lin.bias[rows]
-    out["output.weight"] = att.output.weight[:, rows]
-    return out

@@ -105,21 +105,22 @@ def drop_shared_negatives(train, heldout) -> dict[str, int]:
     return {part: len(indices) for part, indices in drop.items()}
 
 
-def build_retraining_data(source: KnowledgeSource, env: Environment, tokenizer, kg: dict, seed: int,
-                          tasks: list[str]):
-    """(training KGData, held-out KGData or None) of the retrain stage: ``kg`` holds the kg_* settings; with
-    ``kg_heldout`` the source is split (:func:`split_source`) before either part is built, and the negatives
-    shared between the parts are dropped (the counts go into the held-out data's stats)."""
+def build_retraining_data(source: KnowledgeSource, env: Environment, tokenizer, seed: int, tasks: list[str], *,
+                          max_length: int, max_triples: int | None, heldout: int = 0):
+    """(training KGData, held-out KGData or None) of the retrain stage: rows of ``max_length`` tokens from the first
+    ``max_triples`` triples. With ``heldout`` triples the source is split (:func:`split_source`) before either part
+    is built, and the negatives shared between the parts are dropped (the counts go into the held-out data's
+    stats)."""
     from kinject.knowledge import KGDataConfig, build_kg_data
 
     def config(kinds: list[str], cap: int | None) -> KGDataConfig:
-        return KGDataConfig(tasks=kinds, max_length=kg["kg_max_length"], max_triples=cap, negatives_seed=seed)
+        return KGDataConfig(tasks=kinds, max_length=max_length, max_triples=cap, negatives_seed=seed)
 
-    if not kg.get("kg_heldout"):
-        return build_kg_data(source, env, tokenizer, config(tasks, kg["kg_max_triples"])), None
-    train, part = split_source(source, env, kg["kg_max_triples"], kg["kg_heldout"], seed)
+    if not heldout:
+        return build_kg_data(source, env, tokenizer, config(tasks, max_triples)), None
+    train, part = split_source(source, env, max_triples, heldout, seed)
     held = build_kg_data(part, env, tokenizer, config([t for t in HELDOUT_TASKS if t in tasks], None))
-    data = build_kg_data(train, env, tokenizer, config(tasks, kg["kg_max_triples"]))
+    data = build_kg_data(train, env, tokenizer, config(tasks, max_triples))
     held.stats = {**held.stats, "shared_negatives_dropped": drop_shared_negatives(data, held)}
     return data, held
 

@@ -16,14 +16,15 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import Field
 from torch import nn
 
-from kinject.api import DataError, StageContext
+from kinject.api import NOT_KEYED, DataError, StageConfig, StageContext
 
 from .gating import HeadLayout, head_layout
-from .stages import GivenMaskConfig, RandomMaskConfig
 
 log = logging.getLogger("kinject")
 
@@ -187,6 +188,13 @@ def redundant_overlap(mask_files: list, name: str = "hard") -> dict:
             "union": len(set.union(*sets)) if sets else 0, "jaccard": pairs, "chance_jaccard": chance}
 
 
+class RandomMaskConfig(StageConfig):
+    """The random control: the hard mask's count of redundant heads, placed with ``seed``."""
+
+    seed: int
+    mask_stage: str  # the input stage whose masks.json holds the searched hard mask
+
+
 def random_mask_body(cfg: RandomMaskConfig, ctx: StageContext) -> None:
     """masks.json with a ``hard`` mask of as many redundant heads as the searched one, chosen at random (and the
     searched mask's first-round ``importance``, for the analysis); random.json (exported into the run directory,
@@ -202,6 +210,14 @@ def random_mask_body(cfg: RandomMaskConfig, ctx: StageContext) -> None:
     (ctx.out / "random.json").write_text(json.dumps(summary, indent=2))
     log.info("kimera random mask (seed %d): %d of %d heads redundant, %d of them also in the searched mask",
              cfg.seed, len(ours), mask.numel(), len(ours & theirs))
+
+
+class GivenMaskConfig(StageConfig):
+    """A mask given by the user (strategy.mask_file): keyed by its values, not by where it came from."""
+
+    kind: Literal["hard", "soft"]
+    masks: dict[str, list[list[float]]]  # the kind's mask (+ the first-round importance, when the file has it)
+    path: str = Field(json_schema_extra=NOT_KEYED)
 
 
 def given_mask_body(cfg: GivenMaskConfig, ctx: StageContext) -> None:

@@ -8,12 +8,18 @@ import json
 import torch
 from torch import nn
 
-from kinject.api import StageContext
+from kinject.api import ModelRef, StageConfig, StageContext
 from kinject.training import save_model
 
 from .gating import head_layout
 from .masks import load_mask
-from .stages import PrunedConfig
+
+
+class PrunedConfig(StageConfig):
+    """The pre-trained encoder with the hard mask's redundant heads removed."""
+
+    model: ModelRef
+    mask_stage: str  # the input stage whose masks.json holds the hard mask
 
 
 def pruned_body(cfg: PrunedConfig, ctx: StageContext) -> None:

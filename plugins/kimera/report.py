@@ -6,17 +6,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import torch
 
-from kinject.api import StageContext
+from kinject.api import StageConfig, StageContext, load_tokenizer
 from kinject.training import load_task_model
-from kinject.api import load_tokenizer
 
 from .importance import normalize_importance, score_heads
 from .masks import load_mask
-from .scoring import scoring_set
-from .stages import ReportConfig
+from .scoring import ScoringConfig, scoring_set
+
+
+class ReportConfig(StageConfig):
+    """Head importance of the final model against the mask and the first-round importance."""
+
+    kind: Literal["hard", "soft"]
+    scoring: ScoringConfig
+    mask_stage: str  # the input stage whose masks.json holds the mask and the first-round importance
+    model_stage: str  # the input stage whose model/ (the KIMERA task model) is scored
+
+    def cost(self, run) -> float:
+        return self.scoring.flops(run, 1)
 
 
 def report_body(cfg: ReportConfig, ctx: StageContext) -> None:

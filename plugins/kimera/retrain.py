@@ -16,23 +16,67 @@ import logging
 import random
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import torch
+from pydantic import Field
 from torch import nn
 
-from kinject.api import KinjectError, StageContext, TrainingSpec, is_main_process
+from kinject.api import (NOT_KEYED, KinjectError, ModelRef, SourceRef, StageConfig, StageContext, TrainingSpec,
+                         is_main_process)
 from kinject.training import (HookCallback, last_checkpoint, length_grouped_batches, quiet_progress, save_model,
-                                      token_budget_batches, training_arguments)
+                              token_budget_batches, training_arguments)
 
 from .gating import HeadGates, head_layout
 from .heldout import build_retraining_data, score_heldout
 from .masks import HeadUpdateScaler, freeze_non_attention, load_mask
 from .multitask import KG_TASKS, TASK_ID, KGMultiTaskModel, pretrained_mlm_head
-from .stages import RetrainConfig
 
 log = logging.getLogger("kinject")
+
+
+class KGSettings(StageConfig):
+    """The KG rows the retraining builds and its budget: the ``kg_*`` options of the KIMERA config."""
+
+    steps: int  # optimiser steps (unless epochs is set)
+    epochs: float | None  # the run's knowledge.epochs: epochs of the KG rows instead of steps
+    batch_size: int  # rows per batch (unless token_budget is set)
+    token_budget: int | None  # padded tokens per batch (None: batch_size rows per batch)
+    learning_rate: float
+    max_length: int  # tokens per KG sequence
+    max_triples: int | None  # the first N triples of the source (None: all)
+    heldout: int  # triples held out of the retraining and scored after it (0: none)
+
+
+class RetrainConfig(StageConfig):
+    """Multi-task KG retraining of the pre-trained encoder (or a random init) under a head mask."""
+
+    model: ModelRef
+    seed: int
+    mask: Literal["none", "hard", "soft"]
+    mask_stage: str | None = None  # the input stage whose masks.json holds the mask (None: mask none)
+    forward_mask: bool
+    from_scratch: bool
+    source: SourceRef
+    kg: KGSettings
+    alphas: dict[str, float]
+    task_sampling: Literal["proportional", "uniform"] = "proportional"
+    pooling: str
+    other_params: str
+    weight_decay: float
+    warmup_ratio: float
+    bf16: bool
+    save_steps: int = Field(500, json_schema_extra=NOT_KEYED)  # checkpoint interval (what --resume restarts from)
+
+    def cost(self, run) -> float:
+        from kinject.training import trained_flops
+
+        kg = self.kg
+        steps = kg.steps
+        if kg.epochs:  # epochs of the graph's rows: at most max_triples of them
+            steps = kg.epochs * (kg.max_triples or 20000) / kg.batch_size
+        return trained_flops(run, steps, kg.batch_size, kg.max_length / 2)  # triples: ~half
 
 
 def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
@@ -43,8 +87,8 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     kg = cfg.kg
     alphas = dict(cfg.alphas)
     tasks = [t for t in KG_TASKS if alphas[t] > 0]
-    data, held = build_retraining_data(cfg.source.build(), cfg.source.environment(ctx), tokenizer, kg, cfg.seed,
-                                       tasks)
+    data, held = build_retraining_data(cfg.source.build(), cfg.source.environment(ctx), tokenizer, cfg.seed, tasks,
+                                       max_length=kg.max_length, max_triples=kg.max_triples, heldout=kg.heldout)
     if len(data.relations) < 2 and "relation" in tasks:  # one relation: nothing to predict
         log.warning("kimera: the KG has %d relation type(s); relation prediction disabled", len(data.relations))
         alphas["relation"] = 0.0
@@ -53,20 +97,18 @@ def retrain_body(cfg: RetrainConfig, ctx: StageContext) -> None:
     if cfg.mask != "none":
         shape = (encoder.config.num_hidden_layers, encoder.config.num_attention_heads)
         head_mask = load_mask(ctx.inputs[cfg.mask_stage] / "masks.json", cfg.mask, shape)
-    epochs = kg.get("kg_epochs")  # the run's knowledge.epochs: epochs of the KG rows instead of kg_steps
-    steps = kg["kg_steps"]
-    training = TrainingSpec(epochs=epochs or 1, max_steps=-1 if epochs else steps,
-                            learning_rate=kg["kg_learning_rate"], batch_size=kg["kg_batch_size"],
+    training = TrainingSpec(epochs=kg.epochs or 1, max_steps=-1 if kg.epochs else kg.steps,
+                            learning_rate=kg.learning_rate, batch_size=kg.batch_size,
                             weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio, group_by_length=False,
-                            save_steps=cfg.save_steps, logging_steps=max(steps // 10, 1) if not epochs else 100,
+                            save_steps=cfg.save_steps, logging_steps=max(kg.steps // 10, 1) if not kg.epochs else 100,
                             bf16=cfg.bf16)
     scorer = None
     if held is not None:
         scorer = partial(score_heldout, heldout=held, train=data, tasks=tasks, tokenizer=tokenizer,
-                         batch_size=2 * kg["kg_batch_size"], seed=cfg.seed)
+                         batch_size=2 * kg.batch_size, seed=cfg.seed)
     stats = retrain(encoder, tokenizer, {t: getattr(data, t) for t in tasks}, len(data.relations), training,
                     ctx.work, cfg.seed, mask=head_mask, forward_mask=cfg.forward_mask, other_params=cfg.other_params,
-                    pooling=cfg.pooling, alphas=alphas, batches_of=kg_batches(kg.get("kg_token_budget")),
+                    pooling=cfg.pooling, alphas=alphas, batches_of=kg_batches(kg.token_budget),
                     resume=ctx.resume,
                     task_sampling=cfg.task_sampling, mlm_head=mlm_head, heldout=scorer)
     stats["kg"] = data.stats

@@ -6,7 +6,8 @@ metric is measured on all of it. Head importance (forward+backward) is computed
 on its first ``importance_examples`` (None: all), the rest only runs forward, so the stop decision can rest on
 every query at a fraction of the cost. Retrieval tasks keep each query's candidates together in both caps.
 Batches are sorted by length (less padding; importance is a sum over examples, so the order does not change it)
-and ``restore`` puts the logits back in the split's order before the task scores them.
+and ``restore`` puts the logits back in the split's order before the task scores them. :class:`ScoringConfig`
+describes the set in the configs of the mask search and the report, which score the same set.
 """
 
 from __future__ import annotations
@@ -16,7 +17,30 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .stages import ScoringConfig
+from kinject.api import StageConfig, TaskRef
+
+
+class ScoringConfig(StageConfig):
+    """The importance scoring set and the metric the mask search watches."""
+
+    task: TaskRef
+    split: str
+    examples: int | None  # None: the whole split
+    importance_examples: int | None = None  # importance on the first N of them (None: all)
+    batch_size: int
+    metric: str
+    max_length: int
+    attn: str = "sdpa"
+    seed: int | None = None  # None: the first `examples`; else a seeded random draw of whole groups
+    bf16: bool = False  # importance and metric passes under bfloat16 autocast (training.bf16; same masks, 1.3x)
+
+    def flops(self, run, rounds: int) -> float:
+        """``rounds`` of importance (forward + backward on the first importance_examples) and metric passes."""
+        from kinject.training import scored_flops
+
+        every = scored_flops(run, self.task, self.split, self.max_length, self.examples)
+        first = scored_flops(run, self.task, self.split, self.max_length, self.importance_examples or self.examples)
+        return rounds * (every + 2 * first)
 
 
 @dataclass

@@ -8,22 +8,36 @@ import gzip
 import json
 import logging
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from kinject.api import KinjectError, StageContext
-from kinject.training import plain
-from kinject.training import load_task_model
-from kinject.api import load_tokenizer
+from kinject.api import KinjectError, ModelRef, StageConfig, StageContext, load_tokenizer
+from kinject.training import load_task_model, plain
 
 from .importance import search_mask
 from .masks import save_masks
-from .scoring import ScoringSet, scoring_set
-from .stages import MaskConfig
+from .scoring import ScoringConfig, ScoringSet, scoring_set
 
 log = logging.getLogger("kinject")
 
 ROUND_PREDICTIONS = "round-predictions.jsonl.gz"  # one line per search round: {"round", "records"}
+SEARCH_ROUNDS = 4  # a mask search's rounds, for its time estimate before it runs (CAPR's: docs/benchmarks.md)
+
+
+class MaskConfig(StageConfig):
+    """The iterative mask search on a fine-tuned task model."""
+
+    kind: Literal["hard", "soft"]
+    tau: float
+    rho: float
+    max_rounds: int
+    scoring: ScoringConfig
+    finetuned_model: ModelRef | None = None  # a given task model instead of model_stage's
+    model_stage: str | None = None  # the input stage whose model/ is scored (None: finetuned_model)
+
+    def cost(self, run) -> float:
+        return self.scoring.flops(run, min(self.max_rounds + 1, SEARCH_ROUNDS))
 
 
 def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:

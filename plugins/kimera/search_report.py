@@ -8,12 +8,21 @@ from __future__ import annotations
 import json
 import logging
 
-from kinject.api import KinjectError, StageContext
+from kinject.api import KinjectError, StageConfig, StageContext, TaskRef
 
 from .search import ROUND_PREDICTIONS, no_redundant_head_warning, read_round_predictions
-from .stages import SearchReportConfig
 
 log = logging.getLogger("kinject")
+
+
+class SearchReportConfig(StageConfig):
+    """Each mask-search round's metric minus the unmasked round's, with a paired bootstrap interval."""
+
+    task: TaskRef
+    search_stage: str  # the input stage whose search.json and round predictions are read
+    resamples: int = 2000
+    confidence: float = 0.95
+    seed: int = 0
 
 
 def search_report_body(cfg: SearchReportConfig, ctx: StageContext) -> None:

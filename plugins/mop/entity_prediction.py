@@ -16,15 +16,15 @@ import logging
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import nn
 
-from kinject.api import StageContext
+from kinject.api import ModelRef, NOT_KEYED, StageConfig, StageContext, TrainingSpec
 from kinject.training import plain
 from kinject.tasks import masked_mean
 
-from .part_adapters import adapter_encoder, adapter_name, base_digest, saved_adapter_digest
-from .partition import kg_columns, kg_data
-from .stages import PartAdapterConfig
+from .part_adapters import AdapterSettings, adapter_encoder, adapter_name, base_digest, saved_adapter_digest
+from .partition import KGSettings, kg_columns, kg_data
 
 log = logging.getLogger("kinject")
 
@@ -236,6 +236,20 @@ def check_learning(stage: str, part: int, heldout: dict, prior: dict, trained: d
 
 
 # -- the stage -------------------------------------------------------------------------------------------------- #
+class PartAdapterConfig(StageConfig):
+    model: ModelRef
+    kg: KGSettings
+    partition_stage: str  # the input stage whose partition.json / partition.safetensors say which rows are part i
+    part: int
+    adapter: AdapterSettings  # the resolved adapters config (AdapterConfig.to_dict(), checked by the library)
+    training: TrainingSpec
+    seed: int
+    heldout_fraction: float
+    bidirectional: bool
+    entity_head: str  # "names", "linear" or "frozen-random" (MopConfig.entity_head)
+    eval_batch_size: int = Field(256, json_schema_extra=NOT_KEYED)
+
+
 def adapter_body(cfg: PartAdapterConfig, ctx: StageContext) -> None:
     from safetensors.torch import load_file, save_file
     from transformers import set_seed

@@ -1,8 +1,8 @@
 """MoP step 3: the task model fine-tuned with the K partition adapters mixed in every layer, on the `adapters`
 library: Gumbel and MoE fusion layers swapped into the library's fusion slot, the trainer that adds the fusion
-losses, saving / loading a fused task model, and the configs that make the kernel's fine-tune and evaluate stages
-do this (:class:`FusionConfig`, :class:`FusedEvaluateConfig`). A task model may also use a subset of the parts
-(fused) or a single adapter alone (no fusion: the paper's Fig. 2).
+losses, saving / loading a fused task model, and the configs that make the training library's fine-tune and
+evaluate stages do this (:class:`FusionConfig`, :class:`FusedEvaluateConfig`). A task model may also use a subset
+of the parts (fused) or a single adapter alone (no fusion: the paper's Fig. 2).
 
 adapters 1.3's own fusion (:class:`adapters.methods.modeling.BertFusion`) is the ``softmax`` mixture and is used
 as is. ``gumbel`` and ``moe`` subclass it (same query / key / value projections, so the same saved weights) and
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,7 @@ from adapters.methods.bottleneck import BottleneckLayer
 from adapters.methods.modeling import BertFusion
 from torch import nn
 
-from kinject.api import Head, StageContext
+from kinject.api import Head, StageConfig, StageContext
 from kinject.training import EvaluateConfig, FinetuneConfig
 
 from .part_adapters import check_loaded_adapter, quiet_activation, saved_adapter_name
@@ -263,15 +263,24 @@ def _module_name(model, module) -> str:
     return next(name for name, m in model.named_modules() if m is module)
 
 
-# -- the stages: the kernel's fine-tune and evaluate bodies, through their extension points ------------------ #
+# -- the stages: the training library's fine-tune and evaluate bodies, through their extension points ------- #
+class MixtureSettings(StageConfig):
+    """How the adapters are mixed in every layer (:func:`install_mixture`): softmax, gumbel at temperature ``tau``,
+    or moe (noisy top-``top_k`` gating, its load-balancing loss weighted ``loss_coef``)."""
+
+    mixture: Literal["softmax", "gumbel", "moe"]
+    tau: float
+    top_k: int
+    loss_coef: float
+
+
 class FusionConfig(FinetuneConfig):
     """Fine-tune the task model with the partition adapters of the stages ``adapters`` (in partition order) loaded,
-    their fusion added and the ``mixture`` (mixture, tau, top_k, loss_coef: :func:`install_mixture`) installed (one
-    stage: its adapter alone); ``joint``: the base and the adapters train too; ``regularization``: the fusion's value
-    regulariser joins the loss."""
+    their fusion added and the ``mixture`` installed (one stage: its adapter alone); ``joint``: the base and the
+    adapters train too; ``regularization``: the fusion's value regulariser joins the loss."""
 
     adapters: list[str]
-    mixture: dict
+    mixture: MixtureSettings
     joint: bool
     regularization: bool = True
 
@@ -279,8 +288,8 @@ class FusionConfig(FinetuneConfig):
         torch.manual_seed(self.seed)  # fusion-layer initialisation
         folders = [ctx.inputs[name] for name in self.adapters]
         digests = [json.loads((folder / "adapter.json").read_text()).get("adapter_sha256") for folder in folders]
-        attach_partition_adapters(model, [folder / "adapter" for folder in folders], self.mixture, self.joint,
-                                  digests)
+        attach_partition_adapters(model, [folder / "adapter" for folder in folders], self.mixture.model_dump(),
+                                  self.joint, digests)
         return model
 
     def trainer_class(self, head: Head):
@@ -288,7 +297,8 @@ class FusionConfig(FinetuneConfig):
 
     def save_model(self, model, tokenizer, folder: Path, ctx: StageContext) -> None:
         names = [saved_adapter_name(ctx.inputs[name] / "adapter") for name in self.adapters]
-        save_fused_model(model, tokenizer, folder, Fuse(*names) if len(names) > 1 else names[0], self.mixture)
+        save_fused_model(model, tokenizer, folder, Fuse(*names) if len(names) > 1 else names[0],
+                         self.mixture.model_dump())
 
 
 class FusedEvaluateConfig(EvaluateConfig):

@@ -38,7 +38,13 @@ def quiet_activation():
         logger.removeFilter(drop)
 
 
-def resolve_adapter_config(adapter: str | dict[str, Any], reduction_factor: float | None, model_path: str) -> dict:
+Scalar = str | int | float | bool | None
+#: A bottleneck adapter's config as the adapters library serialises it (``AdapterConfig.to_dict()``): its fields and
+#: values are the library's, checked by it when the run is prepared (:func:`resolve_adapter_config`).
+AdapterSettings = dict[str, Scalar | list[Scalar]]
+
+
+def resolve_adapter_config(adapter: str | dict[str, Any], reduction_factor: float | None, model_path: str) -> AdapterSettings:
     """``strategy.adapter`` as a bottleneck config with ``reduction_factor`` applied, as a dict; added once to a
     one-layer copy of the model. SpecError on anything the library rejects."""
     from adapters import AdapterConfig, BnConfig

@@ -1,6 +1,6 @@
-"""MoP step 1: the knowledge graph's training rows (the knowledge library's build_kg_data "tail" rows, Arrow memory-mapped),
-their entity graph split into K parts by METIS (optionally shuffled: the paper's control), and which triple trains
-in which part."""
+"""MoP step 1: the knowledge graph's training rows (the knowledge library's build_kg_data "tail" rows, Arrow
+memory-mapped), their entity graph split into K parts by METIS (optionally shuffled: the paper's control), and which
+triple trains in which part; the ``mop-partition`` body and its config."""
 
 from __future__ import annotations
 
@@ -10,14 +10,29 @@ import logging
 import numpy as np
 import torch
 
-from kinject.api import ModelRef, StageContext, is_main_process
+from kinject.api import ModelRef, SourceRef, StageConfig, StageContext, is_main_process
 from kinject.training import plain
-
-from .stages import KGSettings, PartitionConfig
 
 log = logging.getLogger("kinject")
 
 PART_DROPPED = -1  # triple_part value of a cross-part triple that no part keeps
+
+
+class KGSettings(StageConfig):
+    """The knowledge graph and how its training rows are built (the knowledge library's build_kg_data "tail" rows)."""
+
+    source: SourceRef
+    max_length: int
+    max_triples: int | None = None
+
+
+class PartitionConfig(StageConfig):
+    model: ModelRef  # its tokenizer builds the KG rows the adapters train on (same cache entry, same entity ids)
+    kg: KGSettings
+    partitions: int
+    seed: int
+    shuffle: float
+    cross_part: str
 
 
 def kg_data(kg: KGSettings, model: ModelRef, ctx: StageContext):

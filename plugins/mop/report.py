@@ -1,7 +1,7 @@
-"""MoP's report stage (``mop-report``) and its artifacts: per-partition adapter entity prediction on held-out
-triples (kinject's diagnostic of what each adapter learned; the paper's Fig. 2 is downstream, each adapter alone:
-adapters_used=[i]) and the mixture weights over partitions of the last layer's [CLS] per evaluation example (the paper's Fig. 4, middle), as
-JSON and PNG."""
+"""MoP's report stage (``mop-report``), its config and its artifacts: per-partition adapter entity prediction on
+held-out triples (kinject's diagnostic of what each adapter learned; the paper's Fig. 2 is downstream, each adapter
+alone: adapters_used=[i]) and the mixture weights over partitions of the last layer's [CLS] per evaluation example
+(the paper's Fig. 4, middle), as JSON and PNG."""
 
 from __future__ import annotations
 
@@ -9,11 +9,21 @@ import json
 from pathlib import Path
 
 import numpy as np
+from pydantic import Field
 
-from kinject.api import Environment, StageContext, Task, is_main_process
+from kinject.api import NOT_KEYED, Environment, StageConfig, StageContext, Task, TaskRef, is_main_process
 from kinject.api import load_tokenizer
 
-from .stages import ReportConfig
+
+class ReportConfig(StageConfig):
+    task: TaskRef
+    model_stage: str
+    adapters: list[str]
+    split: str
+    examples: int
+    max_length: int
+    attn_implementation: str = "sdpa"
+    batch_size: int = Field(64, json_schema_extra=NOT_KEYED)
 
 
 def adapter_summary(stats: list[dict]) -> dict:

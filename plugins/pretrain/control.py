@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Iterator
+from typing import Iterator, Literal
 
-from kinject.api import StageContext, is_main_process
-
-from .stages import ControlTextsConfig
+from kinject.api import StageConfig, StageContext, is_main_process
 
 CONTROL_TEXTS = "texts.txt"  # what a control stage writes: a text a line (the pack stage's texts file)
 #: folders of the standard library whose docstrings are not the library's documentation
@@ -93,6 +91,18 @@ def write_texts(texts: Iterator[str], path) -> dict:
             digest.update(text.encode() + b"\n")
             count, chars, words = count + 1, chars + len(text), words + len(text.split())
     return {"texts": count, "chars": chars, "words": words, "sha256": digest.hexdigest()}
+
+
+class ControlTextsConfig(StageConfig):
+    """The texts of an MLM control (``texts.txt``, a text a line; ``control.json``): ``general`` - paragraphs of the
+    docstrings and language reference of the standard library of Python ``python`` (the running one); ``shuffled``
+    - the ``train.arrow`` texts of ``corpus_stage`` with each text's words shuffled (seeded by ``seed``)."""
+
+    kind: Literal["general", "shuffled"]
+    corpus_stage: str | None = None
+    python: str | None = None
+    min_chars: int = 40
+    seed: int = 0
 
 
 def control_body(cfg: ControlTextsConfig, ctx: StageContext) -> None:

@@ -6,9 +6,20 @@ from __future__ import annotations
 
 import json
 
-from kinject.api import StageContext, is_main_process
+from pydantic import Field
 
-from .stages import CorpusStageConfig
+from kinject.api import SourceRef, StageConfig, StageContext, TaskRef, is_main_process
+
+
+class CorpusStageConfig(StageConfig):
+    """Stream the corpus source, drop test text, split off a held-out slice (``train.arrow``, ``heldout.arrow``)."""
+
+    source: SourceRef
+    exclude: list[TaskRef] = Field(default_factory=list, description="Tasks whose test text is also removed "
+                                   "(the run's own task).")
+    heldout_fraction: float
+    heldout_max_texts: int
+    max_texts: int | None = None  # stop after this many texts (a quick try)
 
 
 def corpus_body(cfg: CorpusStageConfig, ctx: StageContext) -> None:

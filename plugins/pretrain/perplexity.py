@@ -13,10 +13,9 @@ import logging
 import math
 
 import numpy as np
+from pydantic import Field
 
-from kinject.api import StageContext, is_main_process
-
-from .stages import PerplexityConfig
+from kinject.api import NOT_KEYED, ModelRef, StageConfig, StageContext, is_main_process
 
 log = logging.getLogger("kinject")
 
@@ -124,6 +123,23 @@ def score_windows(model, windows: list[tuple[list[int], list[int], list[int]]], 
     word_loss = float(np.mean(list(per_word.values()))) if per_word else float("nan")
     return {"loss": loss, "perplexity": math.exp(loss), "word_loss": word_loss,
             "word_perplexity": math.exp(word_loss), "masked_tokens": len(token_nll), "masked_words": len(per_word)}
+
+
+class PerplexityConfig(StageConfig):
+    """Held-out perplexity of the model of ``model_stage`` vs the reference (the base model, with its fitted head
+    when ``reference_stage``), on the ``heldout.arrow`` texts of ``corpus_stage``; with ``texts_stage`` (a control
+    whose texts the model was trained on) its ``control.json`` is reported too."""
+
+    corpus_stage: str
+    model_stage: str
+    reference: ModelRef
+    reference_stage: str | None = None
+    texts_stage: str | None = None
+    max_length: int
+    probability: float
+    texts: int
+    seed: int = 0
+    batch_size: int = Field(16, json_schema_extra=NOT_KEYED)
 
 
 def perplexity_body(cfg: PerplexityConfig, ctx: StageContext) -> None:

@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kinject.api import StageContext, is_main_process
+from kinject.api import StageConfig, StageContext, is_main_process
 
-from .stages import ReportConfig
+
+class ReportConfig(StageConfig):
+    """The run's metrics with a task: the task metrics of ``task_stage`` and those of ``perplexity_stage``."""
+
+    perplexity_stage: str
+    task_stage: str
 
 
 def report_body(cfg: ReportConfig, ctx: StageContext) -> None:

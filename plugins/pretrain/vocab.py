@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-from kinject.api import StageContext, is_main_process
-
-from .stages import VocabConfig
+from kinject.api import StageConfig, StageContext, is_main_process
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -33,6 +31,17 @@ def train_wordpiece(texts: Iterable[str], size: int, min_frequency: int, alphabe
     return BertTokenizerFast(tokenizer_object=tok, do_lower_case=lowercase, strip_accents=lowercase,
                              unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
                              mask_token="[MASK]", model_max_length=model_max_length)
+
+
+class VocabConfig(StageConfig):
+    """An uncased WordPiece vocabulary trained on the ``train.arrow`` texts of ``corpus_stage``."""
+
+    corpus_stage: str
+    size: int
+    min_frequency: int
+    alphabet_limit: int
+    lowercase: bool
+    model_max_length: int
 
 
 def vocab_body(cfg: VocabConfig, ctx: StageContext) -> None:

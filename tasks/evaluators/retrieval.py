@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 from pydantic import Field
 
-from kinject.tasks.evaluators import undefined
+from kinject.tasks.evaluators import ratio, undefined
 from kinject.api import Evaluator, PluginConfig
 
 
@@ -63,16 +63,29 @@ def relevant_ranks(flags: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return np.asarray(ranks, dtype=int)
 
 
-def _ranked(references, predictions, groups) -> tuple[list, int]:
-    """The ranks of the relevant candidates of every query that has one, and how many queries had none."""
-    ranked, skipped = [], 0
-    for flags, scores in _groups(references, predictions, groups):
-        ranks = relevant_ranks(flags, scores)
-        if ranks.size:
-            ranked.append(ranks)
-        else:
-            skipped += 1
-    return ranked, skipped
+def _ranked(references, predictions, groups) -> list[np.ndarray]:
+    """The ranks of the relevant candidates of every query, in query order (empty for a query without one)."""
+    return [relevant_ranks(flags, scores) for flags, scores in _groups(references, predictions, groups)]
+
+
+def _query_columns(ranked: list[np.ndarray], values: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per query: each of ``values`` (name -> ranks -> number) for a query with a relevant candidate, else 0, then
+    whether it counts (``queries``) or is skipped (``skipped``)."""
+    counted = np.array([r.size > 0 for r in ranked], dtype=float)
+    columns = {name: np.array([value(r) if r.size else 0.0 for r in ranked], dtype=float)
+               for name, value in values.items()}
+    return {**columns, "queries": counted, "skipped": 1.0 - counted}
+
+
+def _defined(evaluator: Evaluator, metric: str, columns: dict[str, np.ndarray], keys: list[str],
+             skipped_key: str) -> dict[str, float]:
+    """``compute``'s result from the per-query columns: NaN (with a warning) when no query has a relevant
+    candidate; the skipped count as an int."""
+    skipped = int(columns["skipped"].sum())
+    if not columns["queries"].any():
+        value = undefined(metric, f"no query with a relevant candidate ({skipped} skipped)")
+        return {**{key: value for key in keys}, skipped_key: skipped}
+    return {**evaluator.metrics_of(columns), skipped_key: skipped}
 
 
 class RecallAtK(Evaluator):
@@ -89,14 +102,19 @@ class RecallAtK(Evaluator):
         match = re.fullmatch(r"recall@(\d+)", metric)
         return {"ks": [int(match[1])]} if match else None
 
+    def statistics(self, references, predictions, groups: Sequence | None = None,
+                   **kwargs: Any) -> dict[str, np.ndarray]:
+        """Per query: the share of its relevant candidates in the top k, for each k; whether it counts."""
+        return _query_columns(_ranked(references, predictions, groups),
+                              {f"recall@{k}": (lambda ranks, k=k: float((ranks <= k).mean())) for k in self.config.ks})
+
+    def from_statistics(self, sums, n) -> dict[str, np.ndarray]:
+        return {**{f"recall@{k}": ratio(sums[f"recall@{k}"], sums["queries"]) for k in self.config.ks},
+                "recall_queries_skipped": sums["skipped"]}
+
     def compute(self, references, predictions, groups: Sequence | None = None, **kwargs: Any) -> dict[str, float]:
-        ranked, skipped = _ranked(references, predictions, groups)
-        if not ranked:
-            value = undefined("recall@k", f"no query with a relevant candidate ({skipped} skipped)")
-        out = {f"recall@{k}": (sum(float((r <= k).mean()) for r in ranked) / len(ranked) if ranked else value)
-               for k in self.config.ks}
-        out["recall_queries_skipped"] = int(skipped)
-        return out
+        return _defined(self, "recall@k", self.statistics(references, predictions, groups), self.metric_names(),
+                        "recall_queries_skipped")
 
 
 class MRR(Evaluator):
@@ -108,8 +126,15 @@ class MRR(Evaluator):
     def metric_names(self) -> list[str]:
         return [self.config.name, f"{self.config.name}_queries_skipped"]
 
+    def statistics(self, references, predictions, groups: Sequence | None = None,
+                   **kwargs: Any) -> dict[str, np.ndarray]:
+        """Per query: the reciprocal rank of its first relevant candidate; whether it counts."""
+        return _query_columns(_ranked(references, predictions, groups), {"reciprocal_rank": lambda r: 1.0 / r.min()})
+
+    def from_statistics(self, sums, n) -> dict[str, np.ndarray]:
+        return {self.config.name: ratio(sums["reciprocal_rank"], sums["queries"]),
+                f"{self.config.name}_queries_skipped": sums["skipped"]}
+
     def compute(self, references, predictions, groups: Sequence | None = None, **kwargs: Any) -> dict[str, float]:
-        ranked, skipped = _ranked(references, predictions, groups)
-        value = (sum(1.0 / r.min() for r in ranked) / len(ranked) if ranked else
-                 undefined("mrr", f"no query with a relevant candidate ({skipped} skipped)"))
-        return {self.config.name: value, f"{self.config.name}_queries_skipped": int(skipped)}
+        return _defined(self, "mrr", self.statistics(references, predictions, groups), [self.config.name],
+                        f"{self.config.name}_queries_skipped")

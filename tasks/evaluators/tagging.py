@@ -1,4 +1,4 @@
-"""Sequence-tagging metrics: entity-level F1 (seqeval) for NER, word-level F1 for PICO elements."""
+"""Sequence-tagging metrics: entity-level F1 (seqeval's chunks) for NER, word-level F1 for PICO elements."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import re
 
 from typing import Any, Literal, Sequence
 
+import numpy as np
 from pydantic import Field
 
-from kinject.tasks.evaluators import undefined
+from kinject.tasks.evaluators import f1_of_counts, ratio, undefined
 from kinject.api import Evaluator, PluginConfig
 
 
@@ -41,24 +42,42 @@ class EntityF1(Evaluator):
         match = re.fullmatch(r"(\w*_)?(f1|precision|recall)", metric)
         return {"prefix": match[1]} if match and (match[1] or "").startswith("entity") else None
 
-    def compute(self, references, predictions, **kwargs: Any) -> dict[str, float]:
-        from seqeval.metrics import f1_score, precision_score, recall_score
+    def _entities(self):
+        """tags -> the set of entities in them (seqeval's chunking: conlleval's rules, or `scheme`'s when strict)."""
+        if self.config.mode == "strict":
+            from seqeval import scheme as schemes
+            from seqeval.scheme import Entities
 
+            scheme = getattr(schemes, self.config.scheme)
+            return lambda tags: {e.to_tuple()[1:] for e in Entities([list(tags)], scheme).entities[0]}
+        from seqeval.metrics.sequence_labeling import get_entities
+
+        return lambda tags: set(get_entities(list(tags)))
+
+    def statistics(self, references, predictions, **kwargs: Any) -> dict[str, np.ndarray]:
+        """Per sentence: entities found (tp), predicted but wrong (fp), missed (fn)."""
         references = [list(r) for r in references]
         predictions = [list(p) for p in predictions]
         _check_aligned(references, predictions)
-        p = self.config.prefix
-        if not any(references):
-            value = undefined("entity-f1", "no tagged words")
-            return {f"{p}f1": value, f"{p}precision": value, f"{p}recall": value}
-        options: dict[str, Any] = {"zero_division": 0}
-        if self.config.mode == "strict":
-            from seqeval import scheme
+        entities = self._entities()
+        out = np.zeros((len(references), 3))
+        for i, (ref, pred) in enumerate(zip(references, predictions)):
+            gold, found = entities(ref), entities(pred)
+            tp = len(gold & found)
+            out[i] = (tp, len(found) - tp, len(gold) - tp)
+        return {"tp": out[:, 0], "fp": out[:, 1], "fn": out[:, 2]}
 
-            options.update(mode="strict", scheme=getattr(scheme, self.config.scheme))
-        return {f"{p}f1": float(f1_score(references, predictions, **options)),
-                f"{p}precision": float(precision_score(references, predictions, **options)),
-                f"{p}recall": float(recall_score(references, predictions, **options))}
+    def from_statistics(self, sums, n) -> dict[str, np.ndarray]:
+        tp, fp, fn, p = sums["tp"], sums["fp"], sums["fn"], self.config.prefix
+        return {f"{p}f1": f1_of_counts(tp, fp, fn), f"{p}precision": ratio(tp, tp + fp),
+                f"{p}recall": ratio(tp, tp + fn)}
+
+    def compute(self, references, predictions, **kwargs: Any) -> dict[str, float]:
+        columns = self.statistics(references, predictions)
+        if not any(len(r) for r in references):
+            value = undefined("entity-f1", "no tagged words")
+            return {name: value for name in self.metric_names()}
+        return self.metrics_of(columns)
 
 
 def _elements_of(label: Any) -> set[str]:
@@ -86,20 +105,27 @@ class PicoWordF1(Evaluator):
     def metric_names(self) -> list[str]:
         return [self.config.name, *(f"{self.config.name}_{e}" for e in self.config.elements)]
 
-    def compute(self, references, predictions, **kwargs: Any) -> dict[str, float]:
-        from sklearn.metrics import f1_score
-
+    def statistics(self, references, predictions, **kwargs: Any) -> dict[tuple[str, str], np.ndarray]:
+        """Per document and element: words in it in both (tp), predicted only (fp), gold only (fn)."""
         _check_aligned(references, predictions)
-        out: dict[str, float] = {}
-        gold = [_elements_of(x) for doc in references for x in doc]
-        pred = [_elements_of(x) for doc in predictions for x in doc]
-        if not gold or not self.config.elements:
-            value = undefined("pico-f1", "no words" if not gold else "no elements configured")
+        elements = self.config.elements
+        out = np.zeros((len(references), 3 * len(elements)))
+        for i, (ref, pred) in enumerate(zip(references, predictions)):
+            for g, p in zip(ref, pred):
+                g, p = _elements_of(g), _elements_of(p)
+                for j, e in enumerate(elements):
+                    out[i, 3 * j:3 * j + 3] += (e in g and e in p, e in p and e not in g, e in g and e not in p)
+        return {(kind, e): out[:, 3 * j + k] for j, e in enumerate(elements) for k, kind in enumerate(("tp", "fp", "fn"))}
+
+    def from_statistics(self, sums, n) -> dict[str, np.ndarray]:
+        name, elements = self.config.name, self.config.elements
+        per = {e: f1_of_counts(sums[("tp", e)], sums[("fp", e)], sums[("fn", e)]) for e in elements}
+        return {name: np.mean(list(per.values()), axis=0), **{f"{name}_{e}": value for e, value in per.items()}}
+
+    def compute(self, references, predictions, **kwargs: Any) -> dict[str, float]:
+        columns = self.statistics(references, predictions)
+        if not any(len(doc) for doc in references) or not self.config.elements:
+            value = undefined("pico-f1", "no words" if not any(len(doc) for doc in references) else
+                              "no elements configured")
             return {self.config.name: value, **{f"{self.config.name}_{e}": value for e in self.config.elements}}
-        for element in self.config.elements:
-            y_true = [element in g for g in gold]
-            y_pred = [element in p for p in pred]
-            out[f"{self.config.name}_{element}"] = float(f1_score(y_true, y_pred, zero_division=0))
-        per = [out[f"{self.config.name}_{e}"] for e in self.config.elements]
-        out[self.config.name] = float(sum(per) / len(per))
-        return out
+        return self.metrics_of(columns)

@@ -5,7 +5,7 @@ ends (docs/architecture.md, "Layers").
   the contract never a library);
 * a method imports no other method;
 * a method (and an outside plugin) enters a library through its front door (``from kinject.knowledge import
-  build_kg_data``), never one of its modules;
+  build_kg_data``), never one of its modules, and reaches the kernel through ``kinject.api``;
 * a name imported from ``kinject.api`` counts as an import of the module that defines it.
 
 Every import statement counts (also those inside functions, but not those under ``if TYPE_CHECKING:``), and so do
@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: the kernel's modules, by layer (``kinject.<module>``); everything else is placed by its package
 CONTRACT = {"api", "context", "deprecation", "distributed", "errors", "facts", "files", "fingerprint", "frontdoor",
-            "hooks", "interfaces", "io", "machine", "models", "refs", "registry", "spec", "spec_reading", "splits"}
+            "hooks", "interfaces", "io", "machine", "models", "records", "refs", "registry", "spec", "spec_reading",
+            "splits"}
 ENGINE = {"cache", "choice", "defaults", "engine", "keys", "outputs", "preparation", "stage_runner", "worker"}
 LAYERS = ("contract", "tasks", "training", "knowledge", "evidence", "engine", "methods", "front ends")
 FRONT_ENDS = ("kinject.cli", "kinject.experiments", "kinject.tasks.cli", "kinject.knowledge.cli", "kinject.__main__")
@@ -151,6 +152,8 @@ def rule_broken(module: str, target: str, entered: str, doors: dict[str, dict[st
         return f"the {mine} layer imports nothing of the {theirs} layer"
     if mine == "methods" and any(under(entered, lib) for lib in LIBRARIES) and entered not in doors:
         return "a method enters a library through its front door"
+    if mine == "methods" and theirs in ("contract", "engine") and "kinject.api" not in (entered, target):
+        return "a method reaches the kernel through kinject.api"
     return None
 
 

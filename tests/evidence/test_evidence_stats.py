@@ -9,7 +9,7 @@ import pytest
 
 from kinject.evidence.comparison import pair
 from kinject.evidence.metrics import define
-from kinject.evidence.scorers import scorer_for
+from kinject.evidence.scorers import StatisticsScorer, scorer_for
 from kinject.evidence.stats import paired_bootstrap, seed_tests
 
 
@@ -157,22 +157,97 @@ def _reference(key, options, records, labels):
                         scores=scores)[key]
 
 
+def _ranked_by_hand(record) -> list[int]:
+    """1-based ranks of a query's relevant candidates, ties pessimistic: relevant after equal-score others."""
+    relevant = [pid in set(record["gold"]) for pid in record["ranking"]]
+    order = sorted(range(len(relevant)), key=lambda j: (-record["scores"][j], relevant[j]))
+    return [position + 1 for position, j in enumerate(order) if relevant[j]]
+
+
+def _library(key, options, records, labels):
+    """The metric as the field's libraries compute it (scikit-learn, seqeval, scipy), ranks and ECE by hand: an
+    oracle independent of the evaluators' statistics."""
+    from scipy.special import softmax
+    from scipy.stats import pearsonr
+    from seqeval import metrics as seqeval
+    from sklearn import metrics
+    from sklearn.preprocessing import MultiLabelBinarizer
+
+    gold, pred, labels = [r["gold"] for r in records], [r["pred"] for r in records], list(labels)
+    scores = np.array([r["scores"] for r in records]) if "scores" in records[0] else None
+    multi = isinstance(gold[0], list)
+    if key.startswith("entity_"):
+        return getattr(seqeval, f"{key[len('entity_'):]}_score")(gold, pred, zero_division=0)
+    if key.startswith("pico_f1"):
+        per = {e: metrics.f1_score([e in g for doc in gold for g in doc], [e in p for doc in pred for p in doc],
+                                   zero_division=0) for e in ("participants", "interventions", "outcomes")}
+        return np.mean(list(per.values())) if key == "pico_f1" else per[key[len("pico_f1_"):]]
+    if key == "pearson":
+        return pearsonr(gold, pred)[0]
+    if key.startswith("recall@") or key == "mrr":
+        ranked = [_ranked_by_hand(r) for r in records]
+        if key == "mrr":
+            return np.mean([1 / min(ranks) for ranks in ranked])
+        k = int(key.split("@")[1])
+        return np.mean([np.mean([rank <= k for rank in ranks]) for ranks in ranked])
+    if key == "ece":
+        probs = softmax(scores, axis=1)
+        confidence, right = probs.max(1), np.array(labels)[probs.argmax(1)] == np.array(gold)
+        edges = np.linspace(0, 1, 11)
+        in_bin = [(confidence > lo) & (confidence <= hi) | ((lo == 0) & (confidence == 0))
+                  for lo, hi in zip(edges, edges[1:])]
+        return sum(b.mean() * abs(right[b].mean() - confidence[b].mean()) for b in in_bin if b.any())
+    if multi:
+        classes = sorted(set(labels) | {x for g in gold for x in g} | {x for p in pred for x in p})
+        mlb = MultiLabelBinarizer(classes=classes)
+        y, p = mlb.fit_transform(gold), mlb.transform(pred)
+        if key == "accuracy":
+            return metrics.accuracy_score(y, p)
+        if key.startswith("auroc_"):
+            y = mlb.transform(gold)[:, [classes.index(c) for c in labels]]
+            keep = [j for j in range(y.shape[1]) if 0 < y[:, j].sum() < len(y)]
+            return metrics.roc_auc_score(y[:, keep], scores[:, keep], average=key[len("auroc_"):])
+        return metrics.f1_score(y, p, average=key[len("f1_"):], zero_division=0)
+    if key == "accuracy":
+        return metrics.accuracy_score(gold, pred)
+    if key.startswith("auroc_"):
+        if len(labels) == 2:
+            return metrics.roc_auc_score([g == labels[1] for g in gold], scores[:, 1] - scores[:, 0])
+        if key == "auroc_micro":
+            return metrics.roc_auc_score([[g == name for name in labels] for g in gold], softmax(scores, axis=1),
+                                         average="micro")
+        return metrics.roc_auc_score(gold, softmax(scores, axis=1), multi_class="ovr", labels=labels,
+                                     average=key[len("auroc_"):])
+    average = key[len("f1_"):]
+    if average == "binary":
+        return metrics.f1_score(gold, pred, average="binary", pos_label=options["positive"][0], zero_division=0)
+    return metrics.f1_score(gold, pred, average=average, labels=options.get("positive"), zero_division=0)
+
+
+CLASSIFICATION = ("accuracy", "f1_", "auroc_", "ece")
+
+
 def test_every_metric_recomputed_on_resamples_equals_its_evaluator():
+    """Every built-in metric, from its statistics on (re)sampled examples, equals the field's library on those
+    examples, and so does its evaluator's ``compute``: one implementation, checked against an independent one."""
     from dataclasses import replace
 
     rng = np.random.default_rng(3)
     for key, options, records, labels in _cases(rng):
         metric = define(key, [], labels)
         metric = replace(metric, options={**metric.options, **options})
-        other = [{**r, "pred": ["zzz"] if isinstance(r["gold"], list) else "zzz"} if i == 0 and "ranking" not in r
-                 else r for i, r in enumerate(records)]  # another run predicting a label this one never does
+        other = [{**r, "pred": ["zzz"] if isinstance(r["gold"], list) else "zzz"} if i == 0 and key.startswith(
+                 CLASSIFICATION) else r for i, r in enumerate(records)]  # another run predicting a label never seen
         scorer = scorer_for(metric, [records, other])
+        assert isinstance(scorer, StatisticsScorer), key  # the fast path, for every built-in
         stats = scorer.stats(records)
         for draw in range(3):
             idx = rng.integers(0, len(records), len(records)) if draw else np.arange(len(records))
             mine = float(scorer.value(stats[idx].T[:, None, :])[0])
-            expected = _reference(key, options, [records[i] for i in idx], labels)
+            resampled = [records[i] for i in idx]
+            expected = _library(key, options, resampled, labels)
             assert mine == pytest.approx(expected, abs=1e-9), (key, options, draw)
+            assert _reference(key, options, resampled, labels) == pytest.approx(expected, abs=1e-9), (key, draw)
 
 
 def test_seed_axis_and_batch_axis_are_independent():

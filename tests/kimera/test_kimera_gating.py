@@ -7,8 +7,29 @@ import pytest
 import torch
 
 from kinject.errors import KinjectError
-from kinject.plugins.kimera.gating import HeadGates, head_layout, head_slices
+from kinject.plugins.kimera.gating import HeadGates, head_layout
 from kinject.plugins.kimera.importance import normalize_importance, score_heads, search_mask
+
+
+def head_slices(layout, layer: int, head: int) -> dict[str, torch.Tensor]:
+    """Views of one head's parameters: Q/K/V weight rows and bias entries, O weight columns."""
+    att = layout.layers[layer]
+    rows = slice(head * layout.head_dim, (head + 1) * layout.head_dim)
+    out = {}
+    for name in ("query", "key", "value"):
+        lin = getattr(att, name)
+        out[f"{name}.weight"] = lin.weight[rows]
+        if lin.bias is not None:
+            out[f"{name}.bias"] = lin.bias[rows]
+    out["output.weight"] = att.output.weight[:, rows]
+    return out
+
+
+def snapshot(model) -> dict[tuple[int, int], dict[str, torch.Tensor]]:
+    """A copy of every head's parameters, by (layer, head)."""
+    layout = head_layout(model)
+    return {(l, h): {k: v.detach().clone() for k, v in head_slices(layout, l, h).items()}
+            for l in range(layout.num_layers) for h in range(layout.num_heads)}
 
 
 def tiny_bert(attn: str = "sdpa", layers: int = 2, heads: int = 4, kind: str = "bert", labels: int = 0):

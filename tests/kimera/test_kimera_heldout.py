@@ -19,7 +19,7 @@ from kinject.knowledge.sources.triples import TriplesSource
 from test_kimera_controls import ENTITIES, KG_ROWS, RELATIONS, prepared, stage_dirs
 from test_kimera_retrain import parts
 
-KG = {"kg_max_length": 32, "kg_max_triples": 20000}
+KG = {"max_length": 32, "max_triples": 20000}  # the retraining's rows (KGSettings)
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_no_held_out_triple_reaches_a_training_row(graph, tmp_path, dense):
     if dense:
         (tmp_path / "dense.tsv").write_text("".join("\t".join(r) + "\n" for r in DENSE))
         source = TriplesSource(path=str(tmp_path / "dense.tsv"))
-    data, held = build_retraining_data(source, env, tokenizer, {**KG, "kg_heldout": 6}, 0, list(KG_TASKS))
+    data, held = build_retraining_data(source, env, tokenizer, 0, list(KG_TASKS), **KG, heldout=6)
     held_out = set(texts(split_source(source, env, None, 6, seed=0)[1], env))
     seen = set()
     for kind in KG_TASKS:
@@ -91,7 +91,7 @@ def test_kg_heldout_zero_builds_the_kg_data_as_before(graph):
     from kinject.knowledge.kg.data import KGDataConfig, build_kg_data
 
     source, env, tokenizer = graph
-    data, held = build_retraining_data(source, env, tokenizer, {**KG, "kg_heldout": 0}, 3, list(KG_TASKS))
+    data, held = build_retraining_data(source, env, tokenizer, 3, list(KG_TASKS), **KG, heldout=0)
     before = build_kg_data(source, env, tokenizer, KGDataConfig(tasks=list(KG_TASKS), max_length=32,
                                                                 max_triples=20000, negatives_seed=3))
     assert held is None and data.path == before.path and before.cached  # the same cache entry
@@ -102,7 +102,7 @@ def test_score_heldout_counts_what_the_heads_predict(graph, tiny_model):
     from transformers import AutoModel
 
     source, env, tokenizer = graph
-    data, held = build_retraining_data(source, env, tokenizer, {**KG, "kg_heldout": 8}, 0, list(KG_TASKS))
+    data, held = build_retraining_data(source, env, tokenizer, 0, list(KG_TASKS), **KG, heldout=8)
     model = KGMultiTaskModel(AutoModel.from_pretrained(tiny_model), len(data.relations))
     with torch.no_grad():
         for head, answer in ((model.relation_head, 2), (model.triplet_head, 1)):

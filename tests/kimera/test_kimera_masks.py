@@ -8,17 +8,11 @@ import pytest
 import torch
 
 from kinject.errors import DataError
-from kinject.plugins.kimera.gating import HeadGates, head_layout, head_slices
+from kinject.plugins.kimera.gating import HeadGates
 from kinject.plugins.kimera.masks import HeadUpdateScaler, load_mask, save_masks
 from kinject.plugins.kimera.pruning import prune_by_mask
 
-from test_kimera_gating import inputs, tiny_bert
-
-
-def snapshot(model):
-    layout = head_layout(model)
-    return {(l, h): {k: v.detach().clone() for k, v in head_slices(layout, l, h).items()}
-            for l in range(layout.num_layers) for h in range(layout.num_heads)}
+from test_kimera_gating import inputs, snapshot, tiny_bert
 
 
 def train_steps(model, optimizer, steps=3):

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from kinject.interfaces import Environment
-from kinject.plugins.kimera.gating import head_layout, head_slices
 from kinject.plugins.kimera.multitask import KG_TASKS, KGMultiTaskModel, pretrained_mlm_head
 from kinject.plugins.kimera.retrain import KGBatchDataset, MultiTaskBatchSampler, TaskCollator, retrain
 from kinject.spec import TrainingSpec
+
+from test_kimera_gating import snapshot
 
 ENTITIES = ["disease", "gene", "protein", "cell", "drug", "cancer", "chemical", "treatment", "dose", "patients"]
 RELATIONS = ["causes", "associated", "effect"]
@@ -108,12 +109,6 @@ def test_pooling_ignores_padding(pooling):
     short = model.pool(hidden, torch.ones(1, 5, dtype=torch.long))
     long = model.pool(padded, torch.tensor([[1] * 5 + [0] * 3]))
     torch.testing.assert_close(short, long)
-
-
-def snapshot(model):
-    layout = head_layout(model)
-    return {(l, h): {k: v.detach().clone() for k, v in head_slices(layout, l, h).items()}
-            for l in range(layout.num_layers) for h in range(layout.num_heads)}
 
 
 @pytest.mark.parametrize("forward_mask", [False, True])

@@ -109,13 +109,42 @@ def test_validate_resolves_the_kg_and_stages_name_their_inputs_in_their_configs(
     # the search, the retraining and the random draw are keyed by what computes them: no statistics, plots or
     # planning; the rounds' bootstrap intervals are the search report's
     code = {p.stage.name: p.code_modules for p in plan(run)}
-    tools = ("plugins.evidence", "kimera.report", "kimera.search_report", "kimera.plan", "kimera.strategy",
-             "matplotlib")
+    tools = ("kinject.evidence", "kimera.report", "kimera.search_report", "kimera.strategy", "matplotlib")
     for name in ("kimera-mask-hard", "kimera-retrain", "kimera-mask-random"):
         assert not [m for m in code[name] if any(t in m for t in tools)], name
     assert not [m for name in ("kimera-retrain", "kimera-mask-random") for m in code[name] if "kimera.search" in m]
     assert stages["kimera-search-report"].inputs == ("kimera-mask-hard",)
     assert "kinject.evidence.comparison" in code["kimera-search-report"]
+
+
+def test_the_retraining_reads_typed_kg_settings_and_a_misspelt_one_fails_when_the_stage_is_built(tmp_path,
+                                                                                                  textcls_dir,
+                                                                                                  tiny_model):
+    from pydantic import ValidationError
+
+    from kinject.fingerprint import keyed_dump
+    from kinject.plugins.kimera.retrain import KGSettings, RetrainConfig
+
+    run = prepared(tmp_path, textcls_dir, tiny_model, variant="no-mask", kg_steps=7, kg_batch_size=4, kg_heldout=2)
+    config = next(s for s in run.stages if s.name == "kimera-retrain").config
+    assert config.kg == KGSettings(steps=7, epochs=None, batch_size=4, token_budget=None, learning_rate=5e-5,
+                                   max_length=64, max_triples=20000, heldout=2)
+    assert keyed_dump(config)["kg"]["token_budget"] is None  # an unset budget is keyed like any other value
+    data = config.model_dump()
+    with pytest.raises(ValidationError, match=r"kg\.stepz\n  Extra inputs are not permitted"):
+        RetrainConfig.model_validate({**data, "kg": {**data["kg"], "stepz": 7}})
+    with pytest.raises(ValidationError, match=r"kg\.heldout\n  Field required"):
+        RetrainConfig.model_validate({**data, "kg": {k: v for k, v in data["kg"].items() if k != "heldout"}})
+
+
+def test_loading_the_strategy_imports_no_torch():
+    """``kinject info`` loads every strategy: the stage bodies (and torch) are imported when a stage is built."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kinject.plugins.kimera.strategy; "
+            "print(sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
 
 
 def test_finetune_variant_shares_its_cache_key_with_the_finetune_strategy(tmp_path, textcls_dir, tiny_model):

@@ -253,6 +253,18 @@ def test_one_adapter_is_used_alone_without_a_fusion(tiny_model, adapter_dirs, to
     assert torch.equal(load_fused_model(tmp_path / "model")(**inputs).logits, expected)
 
 
+def test_the_mixture_settings_are_typed_and_a_misspelt_one_is_refused():
+    from pydantic import ValidationError
+
+    from kinject.plugins.mop.fusion import MixtureSettings
+
+    good = {"mixture": "gumbel", "tau": 0.5, "top_k": 2, "loss_coef": 0.01}
+    assert MixtureSettings.model_validate(good).model_dump() == good  # what install_mixture and config.mop get
+    for bad in ({**good, "tua": 0.1}, {**good, "mixture": "sparse"}, {k: v for k, v in good.items() if k != "top_k"}):
+        with pytest.raises(ValidationError):
+            MixtureSettings.model_validate(bad)
+
+
 def test_fusion_only_training_freezes_base_and_adapters(tiny_model, adapter_dirs):
     model, _, _ = fused(tiny_model, adapter_dirs, joint=False)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}

@@ -255,7 +255,7 @@ def test_part_rows_are_labelled_with_their_own_tail_and_head(tmp_path, kg_file, 
 
 def test_each_stage_is_keyed_by_its_own_code_only(tmp_path, textcls_dir, kg_file):
     """Editing the analysis or the mixture must not retrain the K adapters (their keys hold their own code), and the
-    fused fine-tune and its evaluation are the kernel's bodies keyed by the fusion code only."""
+    fused fine-tune and its evaluation are the training library's bodies keyed by the fusion code only."""
     from kinject.keys import plan
 
     planned = {p.stage.name: p for p in plan(prepared(tmp_path, textcls_dir, kg_file))}
@@ -263,10 +263,10 @@ def test_each_stage_is_keyed_by_its_own_code_only(tmp_path, textcls_dir, kg_file
     code = {name: set(p.code_modules) for name, p in planned.items()}
     mop = "kinject.plugins.mop."
     ours = {name: {m.removeprefix(mop) for m in modules if m.startswith(mop)} for name, modules in code.items()}
-    assert ours["mop-partition"] == {"partition", "stages"}
-    assert ours["mop-adapter-0"] == {"entity_prediction", "part_adapters", "partition", "stages"}
+    assert ours["mop-partition"] == {"partition"}
+    assert ours["mop-adapter-0"] == {"entity_prediction", "part_adapters", "partition"}
     assert ours["mop-finetune"] == ours["mop-evaluate"] == {"fusion", "part_adapters"}  # no KG code either
-    assert ours["mop-report"] == {"report", "fusion", "part_adapters", "stages"}
+    assert ours["mop-report"] == {"report", "fusion", "part_adapters"}
     assert not any(m.startswith("kinject.knowledge") for m in code["mop-finetune"])
     assert planned["mop-finetune"].stage.body.__module__ == "kinject.training.stages"  # the one fine-tune body
     assert record["mop-finetune"]["body"] == "finetune_body" and record["mop-evaluate"]["body"] == "evaluate_body"
@@ -428,7 +428,8 @@ def test_a_damaged_saved_adapter_fails_the_fused_fine_tune(tmp_path, textcls_dir
 
 def test_the_paper_protocol_sets_the_papers_settings_where_the_run_sets_none(tmp_path, textcls_dir, kg_file):
     from kinject.preparation import prepare
-    from kinject.api import apply_protocol, apply_recommended
+    from kinject.defaults import apply_protocol
+    from kinject.defaults import apply_recommended
     from kinject.spec_reading import build_spec
     from kinject.plugins.mop.strategy import MopStrategy
 
@@ -449,6 +450,8 @@ def test_the_paper_protocol_sets_the_papers_settings_where_the_run_sets_none(tmp
     assert stages["mop-finetune"].config.training.learning_rate == 1e-5
     assert stages["mop-finetune"].config.training.patience == 5
     assert stages["mop-finetune"].config.regularization is False  # the reference adds no fusion regulariser
+    assert stages["mop-finetune"].config.mixture.model_dump() == {"mixture": "softmax", "tau": 0.5, "top_k": 2,
+                                                                  "loss_coef": 0.01}
     # a task's recommended head rate does not reach the paper's one-rate fine-tune
     protocol, _ = apply_protocol(build_spec({**data, "protocol": "paper"}), MopStrategy.protocols["paper"])
     recommended, applied = apply_recommended(protocol, {"training": {"head_learning_rate": 2e-2, "epochs": 1}})

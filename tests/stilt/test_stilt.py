@@ -87,7 +87,7 @@ def test_config_accepts_names_and_mappings_and_names_bad_fields(tmp_path, tiny_m
     one = strategy([{"name": "textcls", "path": str(folder), "training": {"epochs": 1}}])
     assert str(one.resolved.tasks[0].config.path) == str(folder)
     assert one.strategy.config.intermediate[0].training.epochs == 1
-    from kinject.plugins.stilt.config import StiltConfig
+    from kinject.plugins.stilt.strategy import StiltConfig
 
     assert [i.name for i in StiltConfig.model_validate({"intermediate": "textcls, ner"}).intermediate] == \
         ["textcls", "ner"]  # names, comma-separated

@@ -120,3 +120,34 @@ def test_ece_ten_bins_by_hand_from_probabilities_and_logits():
                                                                labels=["a", "b"])
     assert perfect["ece"] == 0.0
     assert not math.isnan(out["ece"])
+
+
+# -- one implementation: compute is what the statistics give ------------------------------------------------------ #
+TAGS = [["B-D", "I-D", "O", "B-D"], ["O", "B-C"]]
+INPUTS = {  # every built-in evaluator: (options, references, predictions, keyword arguments)
+    "accuracy": ({}, ["a", "b", "a"], ["a", "a", "a"], {}),
+    "f1": ({"average": "macro"}, ["a", "b", "c", "a"], ["a", "b", "b", "c"], {"labels": ["a", "b", "c"]}),
+    "entity-f1": ({}, TAGS, [["B-D", "I-D", "O", "O"], ["O", "B-D"]], {}),
+    "pico-f1": ({}, [["participants", None, "outcomes"]], [["participants", "outcomes", "outcomes"]], {}),
+    "pearson": ({}, [1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0], {}),
+    "auroc": ({}, ["a", "b", "a", "b"], ["a", "b", "b", "b"],
+              {"scores": [[0.2, 0.1], [0.1, 0.7], [0.3, 0.4], [0.0, 0.9]], "labels": ["a", "b"]}),
+    "recall-at-k": ({"ks": [1, 2]}, [[0, 1, 0], [1, 0, 1]], [[0.9, 0.5, 0.1], [0.2, 0.9, 0.8]], {}),
+    "mrr": ({}, [[0, 1, 0], [0, 0]], [[0.9, 0.5, 0.1], [0.3, 0.1]], {}),
+    "ece": ({}, ["a", "b", "b"], ["a", "b", "a"], {"scores": [[2.0, 0.1], [0.0, 1.0], [0.3, 0.2]], "labels": ["a", "b"]}),
+}
+
+
+def test_every_built_in_evaluator_declares_statistics_and_computes_from_them():
+    from importlib.metadata import entry_points
+
+    from kinject.api import Evaluator
+
+    built_in = {ep.name for ep in entry_points(group="kinject.evaluators") if ep.dist.name == "kinject"}
+    assert built_in == set(INPUTS)
+    for name, (options, refs, preds, kwargs) in INPUTS.items():
+        ev = evaluator(name, **options)
+        assert type(ev).statistics is not Evaluator.statistics, name  # the comparisons' fast path
+        computed = ev.compute(refs, preds, **kwargs)
+        from_statistics = ev.metrics_of(ev.statistics(refs, preds, **kwargs))
+        assert {k: computed[k] for k in ev.metric_names()} == {k: from_statistics[k] for k in ev.metric_names()}, name

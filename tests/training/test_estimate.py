@@ -96,7 +96,8 @@ def test_only_earlier_runs_of_the_same_stage_and_a_similar_size_scale_an_estimat
 
 
 def test_fixed_costs_are_noted_by_the_cost_helpers(tmp_path, tiny_model, textcls_dir):
-    from kinject.api import build_spec, prepare, stage_cost
+    from kinject.api import build_spec, prepare
+    from kinject.stage_runner import stage_cost
 
     run = prepare(build_spec({"model": {"name": "tiny", "max_length": 32}, "strategy": {"name": "finetune"},
                               "task": {"name": "textcls", "path": str(textcls_dir)},

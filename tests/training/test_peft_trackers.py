@@ -37,6 +37,12 @@ def test_peft_trains_adapters_and_the_head_and_saves_a_plain_merged_model(tmp_pa
     stage = Path(info["finetune"]["dir"])
     assert (stage / "peft-adapter" / "adapter_config.json").exists()
     assert (adapted / "peft-adapter" / "adapter_config.json").exists()  # beside the merged model in the run
+    run_info = json.loads((adapted / "run.json").read_text())
+    assert run_info["published"] == ["peft-adapter"]  # the stage publishes it: `kinject push` shares it
+    from kinject.api import Strategy
+
+    assert Strategy.shared_files(adapted, run_info)["peft-adapter"] == adapted / "peft-adapter"
+    assert "peft-adapter" not in Strategy.shared_files(full, json.loads((full / "run.json").read_text()))
     base = AutoModel.from_pretrained(tiny_model).state_dict()
     merged = encoder.state_dict()
     changed = [k for k in merged if k in base and not torch.equal(merged[k], base[k])]

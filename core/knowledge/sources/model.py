@@ -12,7 +12,9 @@ from kinject.api import DataMissingError, Environment, KnowledgeSource, PluginCo
 
 def run_model_dir(path: Path) -> Path | None:
     """The ``model/`` of a kinject run directory (one holding run.json), else None."""
-    if (path / "run.json").is_file() and (path / "model" / "config.json").is_file():
+    import os
+
+    if os.path.lexists(path / "run.json") and (path / "model" / "config.json").is_file():  # a damaged run.json: refused later
         return path / "model"
     return None
 

@@ -1,2 +1,2 @@
-"""mymethod: the smallest method of the kinject skeleton (docs/method-skeleton.md) - the shared baseline, one
-fine-tune of the base model with its word embeddings frozen, a paired comparison and a report. Copy it and grow it."""
+"""mymethod: the smallest kinject method (docs/method-skeleton.md). It fine-tunes the base model with its word
+embeddings frozen, compares it with plain fine-tuning and writes a report. Copy it and grow it."""

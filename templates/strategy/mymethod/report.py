@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import json
 
-from kinject.api import StageContext, is_main_process
+from kinject.api import StageConfig, StageContext, is_main_process
 
-from .stages import ReportConfig
+
+class ReportConfig(StageConfig):
+    """The two evaluations the report reads (their stage names) and the metric it puts side by side."""
+
+    baseline: str
+    method: str
+    metric: str
 
 
 def report_body(cfg: ReportConfig, ctx: StageContext) -> None:

@@ -48,7 +48,7 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    from benchmarks.machine_class import capped_env, label
+    from benchmarks.machine_class import EMULATED, capped_env, label
 
     base = capped_env(args.isa)
     found: dict[tuple, list[dict]] = {}
@@ -63,7 +63,7 @@ def main() -> None:
                 proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_threads", "--child", str(threads),
                                        str(hidden)], env=env, capture_output=True, text=True, check=True)
                 found.setdefault((hidden, policy, threads), []).append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    name = label() if args.isa == "native" else label().replace("Intel", "(capped) Intel")
+    name = label() if args.isa == "native" else f"{EMULATED}: {label()}"
     print(f"machine: {name}; load average {min(loads):.1f}-{max(loads):.1f} during the runs; {args.rounds} rounds, "
           "medians; ms per step\n")
     print("| layers | OpenMP wait policy | threads | wall ms | CPU ms | wall vs 1 thread, default policy |")

@@ -1,29 +1,33 @@
 """Model FLOPs utilisation (MFU) of kinject's training steps, beside a bare PyTorch loop and a plain HF Trainer
-script on the same batches and model (issue #28; figures in docs/benchmarks.md, "MFU (issue #28)").
+script on the same batches and model (figures in docs/benchmarks.md, "Know the limit").
 
 Setups, each on fixed random token batches of B x L (every row exactly L tokens: no padding, so every token counts):
 
   finetune kinject      ``kinject.training.train()`` (kinject's TrainingArguments, length-bucketed sampler, its
-                        collator wrapper, bf16 autocast by kinject's default) on the task model of
-                        ``kinject.training.stages.build_task_model`` (sequence head, 2 labels)
+                        collator wrapper, kinject's precision default) on the task model of
+                        ``kinject.training.build_task_model`` (sequence head, 2 labels)
   finetune bare         the same model and batches: forward, backward, AdamW (fused where torch has it), under the
                         same autocast; batches already on the device; no clipping, no schedule
   finetune bare + clip  the same with clip_grad_norm_(1.0), which the Trainer does (separates its cost)
-  plain Trainer         what a user writes with transformers alone: AutoModelForSequenceClassification,
+  plain HF Trainer      what a user writes with transformers alone: AutoModelForSequenceClassification,
                         TrainingArguments(bf16=<same>), Trainer, DataCollatorWithPadding
-  --compile             adds "finetune bare + torch.compile" and "finetune kinject + torch_compile" (the latter
-                        passes TrainingArguments(torch_compile=True) through train()'s overrides: measured here
-                        only, kinject has no such option)
-  --variants            kinject finetune with other TrainingArguments passed through train(): ``nan_filter_off``
-                        (logging_nan_inf_filter=False: no device sync per step), ``non_blocking`` (pinned batches
-                        copied without blocking), ``workers2`` (two loader workers), ``compile``; ``a+b`` for both
   --methods             the method steps through their public builders, each beside a bare loop of the same model
                         and loss: kimera (``kimera.retrain.retrain``: KGMultiTaskModel, the three KG tasks,
-                        a random 30% head mask through HeadUpdateScaler; its own Trainer subclass over kinject's
-                        training_arguments), mop (adapter step: ``adapter_encoder`` + ``EntityPredictor``, 1000
-                        entities, through ``train()``), doktra (AB-distillation step against cached teacher [CLS]
-                        vectors: ``distill_trainer`` through ``train()``), mlm (``train_mlm`` with the
-                        whole-word-masking collator and the sparse MLM head)
+                        a random 30% head mask through HeadUpdateScaler), mop (adapter step: ``adapter_encoder`` +
+                        ``EntityPredictor``, 1000 entities, through ``train()``), doktra (AB distillation against
+                        cached teacher [CLS] vectors: ``distill_trainer`` through ``train()``), mlm (``train_mlm``
+                        with the whole-word-masking collator and the sparse MLM head). STILT's steps are fine-tunes.
+  --tuning              the bare loop pushed toward the peak with what the libraries offer, each a ratio to
+                        "finetune bare" in the same round: the other thread count, eager attention instead of
+                        SDPA, foreach and for-loop AdamW instead of fused, torch.compile
+  --compile             "finetune bare + torch.compile" and "finetune kinject + torch_compile" (the latter through
+                        train()'s TrainingArguments overrides)
+  --variants            kinject finetune with other TrainingArguments passed through train() (the GPU's input
+                        path: ``nan_filter_off``, ``non_blocking``, ``workers2``, ``no_pin``, ``compile``; a+b)
+
+Machine class: every table is labelled with it (``benchmarks.machine_class``); ``--isa avx2`` runs the whole
+measurement in a child process with MKL, oneDNN and ATen capped at AVX2 (an emulation of a CPU without AVX512 and
+native bf16, labelled so; its precision default is then float32, as kinject decides there).
 
 Timing: a global optimizer-step post-hook counts steps in every setup alike; the time from the end of step
 ``--warmup`` to the end of step ``--warmup + --steps`` (device synchronised at both) over ``--steps`` is the step
@@ -36,14 +40,15 @@ Model FLOPs per step (the formula, not transformers' ``floating_point_ops``): pe
 everything trains, 4 x P + 2 x P_trainable for a frozen base (MoP adapters). Pooler and heads count once per row;
 the MLM vocabulary projection (and its transform) counts on the masked ~15% of tokens it is applied to.
 
-Peak: a square matmul loop (n = 2048 on CPU, 8192 on CUDA), bf16 and fp32 (TF32 off, torch's default), measured
-at the start of every round; MFU = model FLOP/s / that round's bf16 peak (and / the fp32 peak). Rounds alternate
-the order of the setups so they share the machine's noise; ratios are taken within a round, medians reported.
+Peak: a square matmul loop (``benchmarks.bench_peak.matmul_peak``; n = 2048 on CPU, 8192 on CUDA), fp32 (TF32
+off, torch's default) and bf16 (not under the AVX2 cap, where it is emulated), at the run's thread count, measured
+at the start of every round; MFU = model FLOP/s / that round's peak of the run's precision. Rounds alternate the
+order of the setups so they share the machine's noise; ratios are taken within a round, medians reported.
 
 Usage: HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.bench_mfu [--device cpu|cuda] [--model tiny|minilm|bert-base]
-       [--batch 16 32] [--length 128] [--steps 5] [--warmup 2] [--rounds 2] [--compile] [--methods all|none|...]
-       [--variants nan_filter_off ...] [--precision auto|bf16|fp32] [--json out.json]
-       On a 2-core machine beside other jobs, set OMP_NUM_THREADS=1 (docs/benchmarks.md says why).
+       [--isa native|avx2] [--threads N] [--batch 16 32] [--length 128] [--steps 5] [--warmup 2] [--rounds 2]
+       [--methods all|none|...] [--tuning] [--compile] [--variants ...] [--precision auto|bf16|fp32] [--json out.json]
+       On a 2-core machine beside other jobs, use --threads 1 (docs/benchmarks.md says why).
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the kinject CLI runs (read when torch loads)
 os.environ.setdefault("KINJECT_PROGRESS", "0")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -88,6 +94,7 @@ class Context:
     warmup: int
     steps: int
     work: Path
+    cpu_clock: bool = False  # time steps in CPU time (a shared CPU: what a core of its own would take)
 
     @property
     def total_steps(self) -> int:
@@ -173,7 +180,7 @@ def bare_batches(ctx: Context, rows: list[dict], collator) -> list[dict]:
 # -- measuring ----------------------------------------------------------------------------------------- #
 class StepClock:
     """Counts optimiser steps (any torch optimizer, through the global step post-hook) and times steps
-    warmup+1 .. warmup+steps; records which optimizer ran."""
+    warmup+1 .. warmup+steps, in wall time and in this process's CPU time; records which optimizer ran."""
 
     def __init__(self, ctx: Context):
         self.ctx, self.count, self.marks, self.optimizer = ctx, 0, {}, None
@@ -185,7 +192,7 @@ class StepClock:
             self.optimizer = f"{type(optimizer).__name__}(fused={d.get('fused')}, foreach={d.get('foreach')})"
         if self.count in (self.ctx.warmup, self.ctx.total_steps):
             self.ctx.sync()
-            self.marks[self.count] = time.perf_counter()
+            self.marks[self.count] = (time.perf_counter(), time.process_time())
 
     def __enter__(self):
         from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -197,11 +204,12 @@ class StepClock:
         self.handle.remove()
         return False
 
-    @property
-    def step_s(self) -> float:
+    def step_s(self, cpu: bool) -> float:
+        """Seconds per timed step: of CPU time (``cpu``: what a core of its own would take) or of wall time."""
         if len(self.marks) != 2:
             raise RuntimeError(f"{self.count} optimiser steps seen, {self.ctx.total_steps} expected")
-        return (self.marks[self.ctx.total_steps] - self.marks[self.ctx.warmup]) / self.ctx.steps
+        end, start = self.marks[self.ctx.total_steps], self.marks[self.ctx.warmup]
+        return (end[cpu] - start[cpu]) / self.ctx.steps
 
 
 def parameter_counts(model) -> dict[str, float]:
@@ -263,71 +271,57 @@ def measure(ctx: Context, run: Callable[[], Any]) -> dict:
         os.environ.update(environ)
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
         AcceleratorState._reset_state()
-    out = {"step_s": clock.step_s, "optimizer": clock.optimizer}
+    out = {"step_s": clock.step_s(ctx.cpu_clock), "wall_s": clock.step_s(False), "optimizer": clock.optimizer}
     if ctx.device == "cuda":
         out["peak_mem_gib"] = (torch.cuda.max_memory_allocated() - baseline) / 2 ** 30
         out["left_gib"] = baseline / 2 ** 30
     return out
 
 
-def matmul_peak(device: str, dtype, n: int, blocks: int = 3, block_s: float = 0.25) -> float:
-    """Best FLOP/s of blocks of square n x n matmuls (two input pairs alternated)."""
-    import torch
-
-    pairs = [(torch.randn(n, n, device=device).to(dtype), torch.randn(n, n, device=device).to(dtype))
-             for _ in range(2)]
-    out = torch.empty(n, n, device=device, dtype=dtype)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    for a, b in pairs * 2:
-        torch.matmul(a, b, out=out)
-    sync()
-    start = time.perf_counter()
-    torch.matmul(*pairs[0], out=out)
-    sync()
-    one = max(time.perf_counter() - start, 1e-6)
-    reps = max(2, min(50, int(block_s / one)))  # ~block_s per block
-    best = 0.0
-    for _ in range(blocks):
-        sync()
-        start = time.perf_counter()
-        for i in range(reps):
-            torch.matmul(*pairs[i % 2], out=out)
-        sync()
-        best = max(best, 2 * n ** 3 * reps / (time.perf_counter() - start))
-    del pairs, out
-    return best
-
-
 # -- the setups ---------------------------------------------------------------------------------------- #
-def adamw(params, lr: float):
+def adamw(params, lr: float, kind: str = "fused"):
+    """AdamW as the Trainer makes it (fused where torch has it), or ``foreach`` / ``loop`` (one tensor at a time)."""
     import torch
 
+    options = {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}[kind]
     try:
-        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01, fused=True)
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01, **options)
     except (RuntimeError, TypeError, ValueError):
         return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
 
 
 def bare_loop(ctx: Context, model, batches: list[dict], loss_of: Callable, compile: bool = False,
-              clip: bool = False, attach: Callable | None = None, lr: float = 5e-5) -> None:
-    """Forward, backward, AdamW over ``batches`` (cycled) for warmup + steps steps, under the run's autocast."""
+              clip: bool = False, attach: Callable | None = None, lr: float = 5e-5, optimizer: str = "fused",
+              threads: int | None = None) -> None:
+    """Forward, backward, AdamW over ``batches`` (cycled) for warmup + steps steps, under the run's autocast
+    (``threads``: torch's intra-op threads for this loop only)."""
     import torch
 
     model.to(ctx.device).train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = adamw(params, lr)
+    opt = adamw(params, lr, optimizer)
     if attach is not None:
-        attach(optimizer)
+        attach(opt)
     forward = torch.compile(model) if compile else model
     autocast = torch.autocast(ctx.device, dtype=torch.bfloat16, enabled=ctx.bf16)
-    for i in range(ctx.total_steps):
-        with autocast:
-            loss = loss_of(forward, batches[i % len(batches)])
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        for i in range(ctx.total_steps):
+            with autocast:
+                loss = loss_of(forward, batches[i % len(batches)])
+            loss.backward()
+            if clip:
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    finally:
+        torch.set_num_threads(before)
+
+
+def pair(family: str, flops: float, holder: dict, **runs: Callable) -> dict[str, dict]:
+    """Setups of one family (``runs``: name -> run), sharing its FLOPs and model holder."""
+    return {name: {"run": run, "family": family, "flops": flops, "holder": holder} for name, run in runs.items()}
 
 
 def training_spec(ctx: Context, **extra):
@@ -337,7 +331,7 @@ def training_spec(ctx: Context, **extra):
                            "bf16": ctx.bf16, "logging_steps": BIG, "save_steps": BIG, **extra})
 
 
-def finetune_setups(ctx: Context, compile: bool, variants: list[str]) -> dict[str, dict]:
+def finetune_setups(ctx: Context, compile: bool, variants: list[str], tuning: bool = False) -> dict[str, dict]:
     from transformers import DataCollatorWithPadding
 
     from kinject.interfaces import Head
@@ -357,10 +351,10 @@ def finetune_setups(ctx: Context, compile: bool, variants: list[str]) -> dict[st
             train(model(), rows, collator, training_spec(ctx), ctx.work / "ft", seed=0, stage="bench", **overrides)
         return run
 
-    def bare(compile_=False, clip=False):
+    def bare(compile_=False, clip=False, attention="sdpa", **options):
         def run():
-            m = model()
-            bare_loop(ctx, m, bare_batches(ctx, rows, collator), lambda f, b: f(**b).loss, compile_, clip)
+            m = holder["model"] = build_task_model(ctx.path, head, seed=0, attn_implementation=attention)
+            bare_loop(ctx, m, bare_batches(ctx, rows, collator), lambda f, b: f(**b).loss, compile_, clip, **options)
         return run
 
     def plain():
@@ -377,20 +371,25 @@ def finetune_setups(ctx: Context, compile: bool, variants: list[str]) -> dict[st
         trainer.remove_callback(PrinterCallback)  # keep the final metrics dict off the table's output
         trainer.train()
 
-    counts = parameter_counts(build_task_model(ctx.path, head, seed=0))
-    flops = step_flops(counts, ctx.batch, ctx.length)
-    setups = {"finetune kinject": (kinject(), "finetune"),
-              "finetune bare": (bare(), "finetune"),
-              "finetune bare + clip": (bare(clip=True), "finetune"),
-              "plain HF Trainer": (plain, "finetune")}
+    flops = step_flops(parameter_counts(build_task_model(ctx.path, head, seed=0)), ctx.batch, ctx.length)
+    runs = {"finetune kinject": kinject(), "finetune bare": bare(), "finetune bare + clip": bare(clip=True),
+            "plain HF Trainer": plain}
+    if tuning:
+        import torch
+
+        other = 1 if torch.get_num_threads() > 1 else 2
+        runs.update({f"finetune bare, {other} thread(s)": bare(threads=other),
+                     "finetune bare, eager attention": bare(attention="eager"),
+                     "finetune bare, foreach AdamW": bare(optimizer="foreach"),
+                     "finetune bare, for-loop AdamW": bare(optimizer="loop")})
+    if compile or tuning:
+        runs["finetune bare + torch.compile"] = bare(compile_=True)
     if compile:
-        setups["finetune bare + torch.compile"] = (bare(compile_=True), "finetune")
-        setups["finetune kinject + torch_compile"] = (kinject(torch_compile=True), "finetune")
+        runs["finetune kinject + torch_compile"] = kinject(torch_compile=True)
     for name in variants:  # "a+b": both sets of overrides
         overrides = {k: v for part in name.split("+") for k, v in VARIANTS[part].items()}
-        setups[f"finetune kinject + {name}"] = (kinject(**overrides), "finetune")
-    return {name: {"run": run, "family": family, "flops": flops, "holder": holder} for name, (run, family) in
-            setups.items()}
+        runs[f"finetune kinject + {name}"] = kinject(**overrides)
+    return pair("finetune", flops, holder, **runs)
 
 
 def kimera_setups(ctx: Context) -> dict[str, dict]:
@@ -441,10 +440,8 @@ def kimera_setups(ctx: Context) -> dict[str, dict]:
         scaler = HeadUpdateScaler(encoder, mask_for(encoder))
         bare_loop(ctx, model, batches, lambda f, b: f(**b)["loss"], attach=scaler.attach)
 
-    counts = parameter_counts(KGMultiTaskModel(load_encoder(ctx.path), relations))
-    flops = step_flops(counts, ctx.batch, ctx.length)
-    return {"kimera retrain kinject": {"run": kinject, "family": "kimera", "flops": flops, "holder": holder},
-            "kimera retrain bare": {"run": bare, "family": "kimera", "flops": flops, "holder": holder}}
+    flops = step_flops(parameter_counts(KGMultiTaskModel(load_encoder(ctx.path), relations)), ctx.batch, ctx.length)
+    return pair("kimera", flops, holder, **{"kimera retrain kinject": kinject, "kimera retrain bare": bare})
 
 
 def mop_setups(ctx: Context) -> dict[str, dict]:
@@ -476,8 +473,7 @@ def mop_setups(ctx: Context) -> dict[str, dict]:
         bare_loop(ctx, m, bare_batches(ctx, rows, collator), lambda f, b: f(**b).loss, lr=1e-4)
 
     flops = step_flops(parameter_counts(model()), ctx.batch, ctx.length)
-    return {"mop adapter kinject": {"run": kinject, "family": "mop", "flops": flops, "holder": holder},
-            "mop adapter bare": {"run": bare, "family": "mop", "flops": flops, "holder": holder}}
+    return pair("mop", flops, holder, **{"mop adapter kinject": kinject, "mop adapter bare": bare})
 
 
 def doktra_setups(ctx: Context) -> dict[str, dict]:
@@ -520,8 +516,7 @@ def doktra_setups(ctx: Context) -> dict[str, dict]:
         bare_loop(ctx, m, batches, loss_of)
 
     flops = step_flops(parameter_counts(probe), ctx.batch, ctx.length)
-    return {"doktra distill kinject": {"run": kinject, "family": "doktra", "flops": flops, "holder": holder},
-            "doktra distill bare": {"run": bare, "family": "doktra", "flops": flops, "holder": holder}}
+    return pair("doktra", flops, holder, **{"doktra distill kinject": kinject, "doktra distill bare": bare})
 
 
 def mlm_setups(ctx: Context) -> dict[str, dict]:
@@ -563,33 +558,46 @@ def mlm_setups(ctx: Context) -> dict[str, dict]:
             bare_loop(ctx, m, batches, lambda f, b: f(**b).loss, lr=1e-4)
 
     flops = step_flops(parameter_counts(model()), ctx.batch, ctx.length, mlm_fraction=0.15)
-    return {"mlm kinject": {"run": kinject, "family": "mlm", "flops": flops, "holder": holder},
-            "mlm bare": {"run": bare, "family": "mlm", "flops": flops, "holder": holder}}
+    return pair("mlm", flops, holder, **{"mlm kinject": kinject, "mlm bare": bare})
 
 
 # -- driver -------------------------------------------------------------------------------------------- #
-def run_batch(args, batch: int, path: str, tokenizer, work: Path, peaks: list[dict]) -> dict[str, list[dict]]:
+def round_peak(args) -> dict[str, float | None]:
+    """This round's matmul peaks at the run's threads: fp32, and bf16 where it is not emulated (the AVX2 cap)."""
     import torch
 
-    ctx = Context(args.device, args.bf16, path, tokenizer, batch, args.length, args.warmup, args.steps, work)
-    setups = finetune_setups(ctx, args.compile, args.variants)
+    from benchmarks.bench_peak import matmul_peak
+    from benchmarks.machine_class import capped
+
+    cpu = args.clock == "cpu"
+    fp32 = matmul_peak(torch.float32, args.peak_size, args.device, block_s=args.peak_block_s, cpu=cpu)
+    bf16 = None if capped() else matmul_peak(torch.bfloat16, args.peak_size, args.device, block_s=args.peak_block_s,
+                                             cpu=cpu)
+    return {"fp32": fp32, "bf16": bf16, "precision": bf16 if args.bf16 else fp32}
+
+
+def run_batch(args, batch: int, path: str, tokenizer, work: Path, peaks: list[dict]) -> dict[str, list[dict]]:
+    ctx = Context(args.device, args.bf16, path, tokenizer, batch, args.length, args.warmup, args.steps, work,
+                  cpu_clock=args.clock == "cpu")
+    setups = finetune_setups(ctx, args.compile, args.variants, args.tuning)
     builders = {"kimera": kimera_setups, "mop": mop_setups, "doktra": doktra_setups, "mlm": mlm_setups}
     for method in args.methods:
         setups.update(builders[method](ctx))
     results: dict[str, list[dict]] = {name: [] for name in setups}
     order = list(setups)
     for r in range(args.rounds):
-        peak = {"bf16": matmul_peak(args.device, torch.bfloat16, args.peak_size, block_s=args.peak_block_s),
-                "fp32": matmul_peak(args.device, torch.float32, args.peak_size, block_s=args.peak_block_s)}
+        peak = round_peak(args)
         peaks.append(peak)
         for name in (order if r % 2 == 0 else order[::-1]):
             setup = setups[name]
             out = measure(ctx, setup["run"])
             setup["holder"].clear()
-            out.update(round=r, flops=setup["flops"], peak_bf16=peak["bf16"], peak_fp32=peak["fp32"])
+            out.update(round=r, flops=setup["flops"], peak=peak["precision"], peak_fp32=peak["fp32"],
+                       peak_bf16=peak["bf16"])
             results[name].append(out)
-            print(f"  B={batch} round {r}: {name:34} {out['step_s'] * 1000:9.1f} ms/step  "
-                  f"MFU {setup['flops'] / out['step_s'] / peak['bf16']:.3f}", flush=True)
+            print(f"  B={batch} round {r}: {name:34} {out['step_s'] * 1000:9.1f} ms/step ({args.clock}; wall "
+                  f"{out['wall_s'] * 1000:.0f})  "
+                  f"MFU {setup['flops'] / out['step_s'] / peak['precision']:.3f}", flush=True)
             if args.json:  # partial results survive a run cut short
                 args.json.with_suffix(".partial.json").write_text(json.dumps(results, indent=1, default=str))
         for setup in setups.values():
@@ -597,9 +605,8 @@ def run_batch(args, batch: int, path: str, tokenizer, work: Path, peaks: list[di
     bare_of = {setup["family"]: name for name, setup in setups.items() if name.endswith(" bare")}
     for name, rows in results.items():  # ratios within rounds: bare step time / this step time
         family = setups[name]["family"]
-        bare = bare_of[family]
         for row in rows:
-            ref = next(x for x in results[bare] if x["round"] == row["round"])
+            ref = next(x for x in results[bare_of[family]] if x["round"] == row["round"])
             row["vs_bare"] = ref["step_s"] / row["step_s"]
             if family == "finetune":
                 plain = next(x for x in results["plain HF Trainer"] if x["round"] == row["round"])
@@ -611,11 +618,14 @@ def summarise(results: dict[str, list[dict]], batch: int, length: int) -> list[d
     out = []
     for name, rows in results.items():
         step = statistics.median(r["step_s"] for r in rows)
-        mfu = statistics.median(r["flops"] / r["step_s"] / r["peak_bf16"] for r in rows)
-        mfu32 = statistics.median(r["flops"] / r["step_s"] / r["peak_fp32"] for r in rows)
+
+        def mfu(peak: str) -> float | None:
+            return statistics.median(r["flops"] / r["step_s"] / r[peak] for r in rows) if rows[0][peak] else None
+
         out.append({"batch": batch, "setup": name, "ms_per_step": step * 1000,
+                    "wall_ms_per_step": statistics.median(r["wall_s"] for r in rows) * 1000,
                     "tokens_per_s": batch * length / step, "tflops": rows[0]["flops"] / step / 1e12,
-                    "mfu_bf16": mfu, "mfu_fp32": mfu32,
+                    "mfu": mfu("peak"), "mfu_bf16": mfu("peak_bf16"), "mfu_fp32": mfu("peak_fp32"),
                     "vs_bare": statistics.median(r["vs_bare"] for r in rows),
                     "vs_plain": statistics.median(r["vs_plain"] for r in rows) if "vs_plain" in rows[0] else None,
                     "peak_mem_gib": max(r["peak_mem_gib"] for r in rows) if "peak_mem_gib" in rows[0] else None,
@@ -623,29 +633,34 @@ def summarise(results: dict[str, list[dict]], batch: int, length: int) -> list[d
     return out
 
 
-def table(rows: list[dict]) -> str:
-    lines = ["| B | setup | ms/step | tokens/s | model TFLOP/s | MFU (bf16 peak) | MFU (fp32 peak) | speed vs bare "
-             "| speed vs plain Trainer | peak mem GiB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+def table(rows: list[dict], precision: str, clock: str) -> str:
+    lines = [f"| B | setup | ms/step ({clock}) | ms/step (wall) | tokens/s | model GFLOP/s | MFU (of the {precision} "
+             "peak) | MFU (of the fp32 peak) | speed vs bare | speed vs plain Trainer | peak mem GiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         vs_plain = f"{r['vs_plain']:.3f}" if r["vs_plain"] is not None else ""
         mem = f"{r['peak_mem_gib']:.2f}" if r["peak_mem_gib"] is not None else ""
-        lines.append(f"| {r['batch']} | {r['setup']} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:,.0f} | "
-                     f"{r['tflops']:.4g} | {r['mfu_bf16']:.3g} | {r['mfu_fp32']:.3g} | {r['vs_bare']:.3f} | "
+        lines.append(f"| {r['batch']} | {r['setup']} | {r['ms_per_step']:.1f} | {r['wall_ms_per_step']:.1f} | "
+                     f"{r['tokens_per_s']:,.0f} | "
+                     f"{r['tflops'] * 1000:.4g} | {r['mfu']:.3g} | {r['mfu_fp32']:.3g} | {r['vs_bare']:.3f} | "
                      f"{vs_plain} | {mem} |")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--model", choices=("tiny", "minilm", "bert-base"), default="minilm")
+    parser.add_argument("--isa", choices=("native", "avx2"), default="native",
+                        help="avx2: in a child process with MKL, oneDNN and ATen capped at AVX2 (an emulation)")
+    parser.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: torch's)")
     parser.add_argument("--batch", type=int, nargs="+", default=[16])
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per setup and round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (optimizer state, compilation)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--compile", action="store_true", help="add torch.compile setups")
+    parser.add_argument("--tuning", action="store_true", help="add the bare loop's tuning setups")
     parser.add_argument("--methods", nargs="+", default=["all"], help=f"all, none or some of {', '.join(METHODS)}")
     parser.add_argument("--variants", nargs="*", default=[],
                         help=f"kinject finetune with TrainingArguments overrides: {', '.join(VARIANTS)}; a+b for both")
@@ -654,8 +669,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peak-size", type=int, default=None, help="matmul size of the peak (default 2048 CPU, "
                                                                      "8192 CUDA)")
     parser.add_argument("--peak-block-s", type=float, default=0.25, help="seconds per timed block of the peak")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default=None,
+                        help="what a step's time is: this process's CPU time (default on CPU: on a shared machine, "
+                        "what a core of its own would take; MFU against the peak in CPU time) or wall time (default "
+                        "on CUDA)")
     parser.add_argument("--json", type=Path, default=None, help="write every measurement here")
     args = parser.parse_args(argv)
+    args.clock = args.clock or ("wall" if args.device == "cuda" else "cpu")
+    from benchmarks.machine_class import capped, capped_env, label
+
+    if args.isa == "avx2" and not capped():  # the caps are read when torch loads: measure in a child
+        import subprocess
+        import sys
+
+        return subprocess.run([sys.executable, "-m", "benchmarks.bench_mfu", *(argv if argv is not None else
+                                                                             sys.argv[1:])],
+                              env=capped_env("avx2")).returncode
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # kinject trains on CUDA whenever it sees one
     args.methods = list(METHODS) if args.methods == ["all"] else [] if args.methods == ["none"] else args.methods
@@ -673,14 +702,18 @@ def main(argv: list[str] | None = None) -> None:
     from kinject.api import load_tokenizer
     from kinject.defaults import native_bf16
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no GPU")
     args.bf16 = native_bf16() if args.precision == "auto" else args.precision == "bf16"
+    precision = "bf16" if args.bf16 else "fp32"
     work = Path(tempfile.mkdtemp(prefix="bench-mfu-"))
     try:
         path = encoder_dir(args.model, work)
         tokenizer = load_tokenizer(path)
-        name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+        name = torch.cuda.get_device_name() if args.device == "cuda" else \
+            f"{label()}; {torch.get_num_threads()} thread(s)"
         header = (f"{args.model}, L={args.length}, {'bf16 autocast' if args.bf16 else 'float32'}, {name}, torch "
                   f"{torch.__version__}, transformers {transformers.__version__}; {args.rounds} rounds x "
                   f"{args.steps} timed steps (+{args.warmup} warm-up), medians")
@@ -690,19 +723,21 @@ def main(argv: list[str] | None = None) -> None:
             results = run_batch(args, batch, path, tokenizer, work, peaks)
             raw[batch] = results
             rows += summarise(results, batch, args.length)
-        peak = {k: statistics.median(p[k] for p in peaks) for k in ("bf16", "fp32")}
-        print(f"\n{header}\nmeasured matmul peak ({args.peak_size}^2, median of rounds): bf16 "
-              f"{peak['bf16'] / 1e12:.4g} TFLOP/s, fp32 {peak['fp32'] / 1e12:.4g} TFLOP/s; optimizers: "
-              + "; ".join(sorted({f"{r['setup'].split(' ')[0]}: {r['optimizer']}" for r in rows})))
+        peak = {k: statistics.median(p[k] for p in peaks) if peaks[0][k] else None for k in ("bf16", "fp32")}
+        print(f"\n{header}\nmeasured matmul peak ({args.peak_size}^2, median of rounds): fp32 "
+              f"{peak['fp32'] / 1e9:.1f} GFLOP/s, bf16 "
+              + (f"{peak['bf16'] / 1e9:.1f} GFLOP/s" if peak["bf16"] else "not measured (emulated under the cap)")
+              + "; optimizers: " + "; ".join(sorted({f"{r['setup'].split(' ')[0]}: {r['optimizer']}" for r in rows})))
         print()
-        print(table(rows), flush=True)
+        print(table(rows, precision, args.clock), flush=True)
         if args.json:
-            args.json.write_text(json.dumps({"header": header, "args": {k: (str(v) if isinstance(v, Path) else v)
-                                                                         for k, v in vars(args).items()},
-                                             "peaks": peaks, "rows": rows, "raw": raw}, indent=2, default=str))
+            args.json.write_text(json.dumps({"header": header, "label": label(), "args": {
+                k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "peaks": peaks,
+                "rows": rows, "raw": raw}, indent=2, default=str))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

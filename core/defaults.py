@@ -127,14 +127,39 @@ def with_protocol(spec) -> tuple[Any, dict[str, Any]]:
 
 def native_bf16() -> bool:
     """Whether this machine computes bfloat16 natively: a CUDA GPU that supports it, else a CPU with the
-    AVX512-BF16 or AMX-BF16 instructions (Linux: /proc/cpuinfo). Elsewhere bf16 autocast is slower than float32."""
-    import torch
-
+    AVX512-BF16 or AMX-BF16 instructions (Linux: /proc/cpuinfo) that oneDNN may use (``ONEDNN_MAX_CPU_ISA`` capped
+    below them: not). Elsewhere bf16 autocast is slower than float32. A torch built without a GPU backend is not
+    imported for it (a typo's error comes before torch loads)."""
     from kinject.machine import cpu_info
 
-    if torch.cuda.is_available():
-        return bool(torch.cuda.is_bf16_supported())
+    if _gpu_build():
+        import torch
+
+        if torch.cuda.is_available():
+            return bool(torch.cuda.is_bf16_supported())
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if cap and cap not in ("ALL", "DEFAULT") and not any(part in cap for part in ("BF16", "AMX", "AVX10")):
+        return False
     return bool(cpu_info()[1] & {"avx512_bf16", "amx_bf16"})
+
+
+def _gpu_build() -> bool:
+    """Whether the installed torch can see a GPU at all (its ``torch/version.py`` names a CUDA or ROCm build; read
+    as text, so torch is not imported). True when torch is imported already or the file does not say."""
+    import importlib.util
+    import re
+    import sys
+    from pathlib import Path
+
+    if "torch" in sys.modules:
+        return True
+    spec = importlib.util.find_spec("torch")
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except (AttributeError, TypeError, OSError):
+        return True
+    found = dict(re.findall(r"^(cuda|hip)(?::[^=]*)?=\s*(.+?)\s*$", text, re.MULTILINE))
+    return set(found) != {"cuda", "hip"} or any(value != "None" for value in found.values())
 
 
 def with_precision(spec) -> tuple[Any, dict[str, str]]:
@@ -150,13 +175,15 @@ def with_precision(spec) -> tuple[Any, dict[str, str]]:
     spec = spec.model_copy(update={"training": training})
     if not on:
         return spec, {}
-    import torch
-
     from kinject.machine import BF16_FLAGS, cpu_info
 
     flags = sorted(cpu_info()[1] & set(BF16_FLAGS))
-    where = "this GPU computes bfloat16 natively" if torch.cuda.is_available() else \
-        f"this CPU computes bfloat16 natively ({', '.join(flags)})"
+    where = f"this CPU computes bfloat16 natively ({', '.join(flags)})"
+    if _gpu_build():
+        import torch
+
+        if torch.cuda.is_available():
+            where = "this GPU computes bfloat16 natively"
     return spec, {"training.bf16": f"true: {where}: bfloat16 autocast in training and evaluation, task heads in "
                                    "float32"}
 
@@ -275,11 +302,14 @@ def prepare_runs(spec: "RunSpec", seeds: list[int] | None = None, *, resume: boo
     """The choice (:func:`choose`), then one prepared run per seed (``seeds``; default the spec's), each recording
     what was decided; the decisions announced once. What ``kinject run``, ``kinject.run``, a grid cell and a sweep
     trial call."""
-    from kinject.preparation import prepare
+    from contextlib import nullcontext
 
-    spec, chosen = choose(spec, announce, dry_run)
-    runs = [prepare(spec.model_copy(update={"seed": seed}), resume=resume, command=command)
-            for seed in (seeds or [spec.seed])]
+    from kinject.preparation import dry_running, prepare
+
+    with dry_running() if dry_run else nullcontext():
+        spec, chosen = choose(spec, announce, dry_run)
+        runs = [prepare(spec.model_copy(update={"seed": seed}), resume=resume, command=command)
+                for seed in (seeds or [spec.seed])]
     for run in runs:
         run.chosen = chosen
         if chosen is not None:

@@ -10,7 +10,7 @@ import platform
 from importlib.metadata import PackageNotFoundError, version
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "amx_tile")
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KINJECT_THREADS")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KINJECT_THREADS", "OMP_WAIT_POLICY")
 
 
 def cpu_info() -> tuple[str, set[str]]:

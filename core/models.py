@@ -131,11 +131,36 @@ def model_config(name: str, path: str, revision: str | None = None):
         if Path(path).exists():
             raise SpecError(f"model.name: {name!r}: cannot read its config.json ({first})") from None
         if offline():
-            raise SpecError(f"model.name: {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 "
-                            "(offline): unset HF_HUB_OFFLINE to download it, or pass a local model folder "
-                            "(model.name=/path/to/folder with config.json), or use minilm or tiny") from None
+            raise SpecError(_offline_miss(name)) from None
         raise SpecError(f"model.name: {name!r} is neither a local folder nor a model the Hub serves ({first}); "
                         "check the id, or pass a local model folder") from None
+
+
+def check_offline_model(name: str, path: str) -> None:
+    """Offline, a hub id the local Hugging Face cache holds nothing of is one line (with the model names it is close
+    to), said before transformers (and torch) load."""
+    if offline() and not Path(path).exists() and not _in_hub_cache(path):
+        raise SpecError(_offline_miss(name))
+
+
+def _in_hub_cache(name: str) -> bool:
+    """Whether the local Hugging Face cache holds anything of hub id ``name`` (its ``models--org--name`` folder)."""
+    from huggingface_hub import constants
+
+    return (Path(constants.HF_HUB_CACHE) / f"models--{name.replace('/', '--')}").is_dir()
+
+
+def _offline_miss(name: str) -> str:
+    """Why an offline run cannot use hub id ``name``, with the registered model names it is close to."""
+    import difflib
+
+    from kinject.registry import registry
+
+    close = difflib.get_close_matches(name, registry("models").names(), n=2, cutoff=0.6)
+    hint = f"Did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return (f"model.name: {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 (offline). {hint}"
+            "Unset HF_HUB_OFFLINE to download it, or pass a local model folder (model.name=/path/to/folder with "
+            "config.json), or use minilm or tiny")
 
 
 def usable_positions(config) -> int:

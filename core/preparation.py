@@ -37,7 +37,7 @@ _IMPORTED: list[bool] = []
 def import_transformers() -> None:
     """Resolve :data:`TRANSFORMERS_NAMES` once per process, one thread at a time: transformers imports its names
     lazily, and two threads resolving one at once fail ("cannot import name 'BertConfig'"), e.g. two threads calling
-    ``kinject.run`` on a fresh cache. Every run starts with it (:func:`prepare`)."""
+    ``kinject.run`` on a fresh cache. Every run calls it once its spec is checked (:func:`prepare`)."""
     if _IMPORTED:
         return
     with _IMPORTING:
@@ -98,16 +98,28 @@ def make_environment(spec: RunSpec) -> Environment:
 
 
 def _resolve_model(spec: RunSpec, env: Environment) -> str:
-    """The model's loadable path, and the model settings checked against it by the model's provider (it reads the
-    model's config), before any stage."""
-    from kinject.models import check_model, resolve_model
+    """The model's loadable path (its settings are checked against its config once the spec's other fields are)."""
+    from kinject.models import check_offline_model, resolve_model
 
     path = resolve_model(spec.model.name, env.cache_dir)
+    check_offline_model(spec.model.name, path)
     if spec.model.revision and Path(path).exists():
         raise SpecError(f"model.revision: {spec.model.revision!r} pins a hub revision, but model "
                         f"{spec.model.name!r} is a local model ({path})")
-    check_model(spec.model, path)
     return path
+
+
+_DRY_RUN: list[bool] = []  # non-empty while a dry run prepares (nothing will be written)
+
+
+@contextmanager
+def dry_running() -> Iterator[None]:
+    """Prepare runs for a dry run: the stage cache need not be writable."""
+    _DRY_RUN.append(True)
+    try:
+        yield
+    finally:
+        _DRY_RUN.pop()
 
 
 def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = None) -> RunContext:
@@ -115,13 +127,13 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
     own checks and its stage plan - before any stage starts or anything is written."""
     from kinject import defaults
 
-    import_transformers()  # before any thread of this process resolves a name of it lazily
     spec, settled = defaults.start_settings(spec)  # the protocol, the task's recommended values, the precision
     task, strategy, sources = resolve_components(spec)
     env = make_environment(spec)
-    from kinject.files import check_writable
+    if not _DRY_RUN:  # a dry run writes no stage: a read-only cache is fine for it
+        from kinject.files import check_writable
 
-    check_writable(env.cache_dir, "stage cache")
+        check_writable(env.cache_dir, "stage cache")
     model_path = _resolve_model(spec, env)
     run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,
                      resume=resume, command=command, recommended=settled.get("recommended", {}),
@@ -130,6 +142,12 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
         run.decided_by["presets"] = defaults.by(defaults.start_settings)
     for name in spec.hooks:  # every hook's settings checked before any data is read
         run.hook_settings(name)
+    from kinject.models import check_model
+
+    # after every typo check (an error in a second, before torch loads); before any thread of this process resolves
+    # a name of transformers lazily
+    import_transformers()
+    check_model(spec.model, model_path)  # reads the model's config (transformers): after every typo check
     if spec.knowledge.exclude is None:
         _fill_exclude(run, defaults.default_exclude(run))
         run.decided_by["exclude"] = defaults.by(defaults.default_exclude)

@@ -44,6 +44,17 @@ def stage_flops(config, run) -> float | None:
         return None
 
 
+def stage_cost(config, run) -> dict[str, float | None]:
+    """What ``--dry-run``'s estimate knows of a stage before it runs: its FLOPs (:func:`stage_flops`), the share that
+    scores rather than trains, and the seconds its cost's helpers note besides (``fixed_s``: featurizing the data it
+    reads, loading the model)."""
+    from kinject.training import fixed_costs
+
+    with fixed_costs() as fixed:
+        flops = stage_flops(config, run)
+    return {"flops": flops, "scoring_flops": fixed.scoring_share(flops), "fixed_s": round(fixed.seconds, 3)}
+
+
 #: the stage this process is computing, its work folder and when it started (what an interruption names)
 RUNNING: list[tuple[str, Path, float]] = []
 
@@ -180,7 +191,7 @@ def _compute(run: RunContext, planned: PlannedStage, stage_dirs: dict[str, Path]
             info = {"stage": stage.name, "key": key, "record": planned.record, "code_modules": planned.code_modules,
                     "config": stage.config.model_dump(mode="json"), "kinject": __version__,
                     "seconds": round(time.perf_counter() - start, 3), "rank": rank(),
-                    "flops": stage_flops(stage.config, run),  # what --dry-run's estimates learn from
+                    **stage_cost(stage.config, run),  # what --dry-run's estimates learn from
                     "files": file_records(partial / "out")}
             info.update(held_out_record(stage, ctx))  # what the hold-out removed from its knowledge (the dose's)
             (partial / "out" / "stage.json").write_text(json.dumps(info, indent=2, default=str))

@@ -88,6 +88,10 @@ def main(argv: list[str] | None = None) -> None:
     # oneDNN (bf16 matmuls on a CPU) caches a primitive per batch shape, 1024 by default: with length-bucketed
     # batches that is ~200 MB held for the process's life, for no measurable speed (docs/benchmarks.md)
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "16")
+    # OpenMP threads that wait for a descheduled sibling sleep instead of spinning: on a small CPU shared with other
+    # work two threads spun 2-5x slower than one (docs/benchmarks.md, "Thread settings"); same numbers, OMP_WAIT_POLICY
+    # set otherwise wins. Read when torch loads: the CLI imports torch only after this.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     debug = "--debug" in argv
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("kinject").setLevel(logging.INFO)

@@ -42,6 +42,10 @@ def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, dat
 
 
 def duration(seconds: float) -> str:
+    import math
+
+    if not math.isfinite(seconds) or seconds < 0:
+        return "? s"
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else \
         f"{seconds / 3600:.1f} h"
 
@@ -54,7 +58,7 @@ def describe_data(run) -> str:
 def describe_training(run) -> list[str]:
     """What the run trains on: the task's training examples and every knowledge source a stage reads (the
     configured ones or a strategy's default), with its options."""
-    from kinject.api import SourceRef
+    from kinject.cli.estimate import stage_sources
 
     out = []
     if run.task is not None and not run.members:
@@ -62,19 +66,8 @@ def describe_training(run) -> list[str]:
         out.append(f"task {run.task.name} {run.task.train_split} split: {examples} examples"
                    + (f" (--limit {run.env.limit})" if run.env.limit else ""))
     seen: set[str] = set()
-
-    def sources(value):
-        if isinstance(value, SourceRef):
-            yield value
-        elif hasattr(type(value), "model_fields"):
-            for name in type(value).model_fields:
-                yield from sources(getattr(value, name))
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                yield from sources(item)
-
     for stage in run.stages:
-        for ref in sources(stage.config):
+        for ref in stage_sources(stage.config):
             options = {k: v for k, v in ref.options.items() if v not in (None, [], {}, False)}
             text = f"knowledge source {ref.name} ({ref.kind}) {options}"
             if text not in seen:
@@ -86,10 +79,8 @@ def describe_training(run) -> list[str]:
 def _dry_run(run_ctx) -> None:
     import yaml
 
-    from kinject.api import build_spec, plan, prepare
-    from kinject.stage_runner import stage_flops
     from kinject.preparation import resolved_spec
-    from kinject.cli.estimate import Estimator
+    from kinject.cli.estimate import Estimator, choice_estimate, stage_estimates
     from kinject.cli.misses import explain_miss
 
     resolved = resolved_spec(run_ctx.spec, run_ctx.task, run_ctx.strategy, run_ctx.sources)
@@ -101,22 +92,19 @@ def _dry_run(run_ctx) -> None:
     for prefix, run in runs:
         for line in describe_training(run):
             console.print(f"trains on: {line}", markup=False, highlight=False, soft_wrap=True)
-        for planned in plan(run):
+        for planned, guess in stage_estimates(run, estimator):
             label = f"{prefix}/{planned.stage.name}" if prefix else planned.stage.name
-            estimate = ""
-            if not planned.cached:
-                guess = estimator(planned.stage.name, stage_flops(planned.stage.config, run))
+            if guess is None:
+                state = "[green]cache hit[/]"
+            else:
                 total += guess.seconds
-                estimate = f" (~{duration(guess.seconds)}: {guess.how})"
-            state = "[green]cache hit[/]" if planned.cached else \
-                f"miss{escape(estimate)}: {escape(explain_miss(planned, run.env.cache_dir))}"
+                state = f"miss (~{duration(guess.seconds)}: {escape(guess.how)}): " \
+                        f"{escape(explain_miss(planned, run.env.cache_dir))}"
             console.print(f"stage {escape(label):<24} {planned.key[:12]}  {state}", soft_wrap=True)
-    planned = run_ctx.chosen or {}
-    if planned.get("planned"):  # the choice's fold runs come first: plain fine-tunes
-        fold = prepare(build_spec(planned["fold_spec"]))
-        each = sum(estimator(stage.name, stage_flops(stage.config, fold)).seconds for stage in fold.stages)
-        total += each * planned["fold_runs"]
-        console.print(f"choice: {planned['fold_runs']} fold runs of the choice first (~{duration(each)} each)",
+    choice = choice_estimate(run_ctx, estimator)
+    if choice is not None:  # the choice's fold runs come first: plain fine-tunes
+        total += choice[0] * choice[1]
+        console.print(f"choice: {choice[0]} fold runs of the choice first (~{duration(choice[1])} each)",
                       markup=False, highlight=False, soft_wrap=True)
     console.print(f"estimated time: ~{duration(total)} for the stages to compute; {estimator.accuracy()}",
                   markup=False, highlight=False, soft_wrap=True)

@@ -126,13 +126,17 @@ def _quiet_runs(debug: bool) -> None:
 
 
 def _dry_run(cells) -> None:
+    from kinject.cli.estimate import Estimator
+    from kinject.cli.run import duration
     from kinject.evidence import plural
     from kinject.experiments.grid_state import cell_state
     from kinject.experiments.grid_exec import plan_cell
 
     width = max(len(c.id) for c in cells)
+    seconds: dict[str, float] = {}  # stage key -> estimate (a stage cells share is computed once)
     keys: list[str] = []
-    choices: dict[str, int] = {}  # key -> fold runs of the choices cells make first (cells sharing one run it once)
+    choices: dict[str, dict] = {}  # key -> the choice cells make first (cells sharing one run it once)
+    estimators: dict[tuple[str, bool], Estimator] = {}  # by cache and precision
     todo = done = 0
     for cell in cells:
         state = cell_state(cell)
@@ -140,22 +144,30 @@ def _dry_run(cells) -> None:
             done += state.state == "done"
             text = state.state + (f" ({state.detail})" if state.detail and state.state == "running" else "")
         else:
-            cached, total, missing, choice = plan_cell(cell)
-            keys += missing
+            plan = plan_cell(cell, estimators)
+            keys += list(plan.seconds)
+            seconds.update(plan.seconds)
             todo += 1
-            what = "to compute" if not cached else "to run"
-            text = f"{what}: {cached} of {total} stages cached" + (f" ({state.state}: {state.detail})"
-                                                                  if state.state == "failed" or state.detail else "")
-            if choice is not None:
-                choices[choice.get("key") or cell.id] = choice["fold_runs"]
-                text += f", after {choice['fold_runs']} fold runs of the choice"
+            what = "to compute" if not plan.cached else "to run"
+            text = f"{what}: {plan.cached} of {plan.total} stages cached" + (
+                f" ({state.state}: {state.detail})" if state.state == "failed" or state.detail else "")
+            if plan.choice is not None:
+                choices[plan.choice.get("key") or cell.id] = plan.choice
+                text += f", after {plan.choice['fold_runs']} fold runs of the choice"
+            own = sum(plan.seconds.values()) + (plan.choice["fold_runs"] * plan.choice["seconds"]
+                                                if plan.choice else 0.0)
+            text += f" (~{duration(own)})"
         console.print(f"{cell.id:<{width}}  {text:<40}  {cell.run_dir}", markup=False, highlight=False)
     console.print(f"{plural(len(cells), 'cell')}: {done} done, {todo} to run; {len(keys)} stage(s) to compute, "
                   f"{len(set(keys))} distinct (a stage that cells share is computed once)", highlight=False)
     if choices:  # the automatic choice's cost, said before the grid runs (as `kinject run --dry-run` says it)
-        console.print(f"the automatic choice first: {plural(sum(choices.values()), 'fold run')} of a plain fine-tune "
-                      f"({plural(len(choices), 'choice')}: cells that share one run it once; --set choose=false "
-                      "skips it)", highlight=False)
+        console.print(f"the automatic choice first: {plural(sum(c['fold_runs'] for c in choices.values()), 'fold run')}"
+                      f" of a plain fine-tune ({plural(len(choices), 'choice')}: cells that share one run it once; "
+                      "--set choose=false skips it)", highlight=False)
+    total = sum(seconds.values()) + sum(c["fold_runs"] * c["seconds"] for c in choices.values())
+    console.print(f"estimated time: ~{duration(total)} for the distinct stages to compute, one after another "
+                  f"(local workers run cells at once); "
+                  + "; ".join(sorted({e.accuracy() for e in estimators.values()})), highlight=False, soft_wrap=True)
 
 
 @grid.command("run")

@@ -10,6 +10,8 @@ per stage key): the second cell waits for the first, then finds the stage cached
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import os
 import re
 import shlex
@@ -147,17 +149,35 @@ def _stop_on_sigterm() -> None:
 
 
 # -- the dry run ------------------------------------------------------------------------------------- #
-def plan_cell(cell: Cell) -> tuple[int, int, list[str], dict | None]:
-    """(stages cached, stages, keys of the stages to compute, the choice it will make first: ``{fold_runs, key}``
-    or None) of a cell, as ``kinject run --dry-run`` plans it."""
+@dataclass
+class CellPlan:
+    """A cell as ``kinject run --dry-run`` plans it: its stages, which are cached, the estimates of the others (by
+    key) and the choice it makes first."""
+
+    cached: int
+    total: int
+    seconds: dict[str, float]  # stage key -> estimated seconds, for every stage to compute
+    choice: dict | None  # {fold_runs, key, seconds (of each fold run)} or None
+
+
+def plan_cell(cell: Cell, estimators: dict) -> CellPlan:
+    """Plan ``cell`` (a cached choice applied, as the cell will run), its stages estimated by the
+    :class:`kinject.cli.estimate.Estimator` of its cache and precision (kept in ``estimators`` for the next cell)."""
     from kinject import api
+    from kinject.cli.estimate import Estimator, choice_estimate, stage_estimates
 
     run, = api.prepare_runs(api.build_spec({**cell.data, "output": str(cell.run_dir)}), dry_run=True,
-                            announce=lambda line: None)  # a cached choice applied, as the cell will run
+                            announce=lambda line: None)
+    where = (str(run.env.cache_dir), bool(run.spec.training.bf16))
+    estimator = estimators.setdefault(where, Estimator(run.env.cache_dir, where[1]))
     runs = [member for _, member, _ in run.members if member is not None] or [run]
-    planned = [p for r in runs for p in api.plan(r)]
+    planned = [item for r in runs for item in stage_estimates(r, estimator)]
     choice = run.chosen if (run.chosen or {}).get("planned") else None
-    return sum(p.cached for p in planned), len(planned), [p.key for p in planned if not p.cached], choice
+    if choice is not None:
+        fold = choice_estimate(run, estimator)
+        choice = {**choice, "seconds": fold[1] if fold else 0.0}
+    return CellPlan(sum(p.cached for p, _ in planned), len(planned),
+                    {p.key: guess.seconds for p, guess in planned if guess is not None}, choice)
 
 
 # -- executors ---------------------------------------------------------------------------------------- #

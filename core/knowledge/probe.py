@@ -61,10 +61,9 @@ class ProbeSettings(StageConfig):
 
     def flops(self, run) -> float:
         """Embedding both names of every pair once (names are short: about a quarter of ``max_length``)."""
-        from kinject.training import model_shape
+        from kinject.training import forward_flops
 
-        length = self.max_length / 4
-        return 2 * (self.train_pairs + self.test_pairs) * length * model_shape(run).forward(length)
+        return forward_flops(run, 2 * (self.train_pairs + self.test_pairs), self.max_length / 4)
 
 
 class BaseProbeConfig(StageConfig):
@@ -97,24 +96,25 @@ _FACTS: dict[str, dict[str, Any]] = {}  # this process's drawn facts by settings
 KEPT_FACT_SETS = 4
 
 
-def probe_facts(settings: ProbeSettings) -> dict[str, Any]:
+def probe_facts(settings: ProbeSettings, cache_dir: Path | None = None) -> dict[str, Any]:
     """The probe's ``train`` and ``test`` pairs (``id``, ``text``, ``text_pair``, ``label`` yes/no, ``group``: the
     head) and what kind of probe they make (``kind``: generalisation or memorisation; ``held_out``: how many of the
     probe-test facts were held out of injection). Drawn once per process for the same settings: the source ref's
-    fingerprint changes with the knowledge it yields, and reading the HPO graph is most of the probe's time."""
+    fingerprint changes with the knowledge it yields, and reading the HPO graph is most of the probe's time (its parse
+    is kept in ``cache_dir``, :mod:`kinject.knowledge.sources.parsed`)."""
     key = settings.model_dump_json()
     if key not in _FACTS:
         if len(_FACTS) >= KEPT_FACT_SETS:
             _FACTS.pop(next(iter(_FACTS)))
-        _FACTS[key] = _draw_facts(settings)
+        _FACTS[key] = _draw_facts(settings, cache_dir)
     return _FACTS[key]
 
 
-def _draw_facts(settings: ProbeSettings) -> dict[str, Any]:
+def _draw_facts(settings: ProbeSettings, cache_dir: Path | None = None) -> dict[str, Any]:
     from kinject.api import words
 
     ref = settings.source
-    env = Environment(data_dir=Path(ref.data_dir), cache_dir=Path("."))
+    env = Environment(data_dir=Path(ref.data_dir), cache_dir=Path(cache_dir) if cache_dir else Path("."))
     edges = [(t.head, t.tail) for t in ref.build().iter_triples(env) if t.head != t.tail]
     held = []
     if ref.holdout is not None:
@@ -266,7 +266,7 @@ def gain_interval(facts: dict, model: list[float], base: list[float], seed: int 
 # -- the stage bodies ----------------------------------------------------------------------------------------- #
 def base_probe_body(cfg: BaseProbeConfig, ctx: StageContext) -> None:
     """Probe the base encoder (``probe.json``: ``{"base": scores}`` with its probe-test probabilities)."""
-    facts = probe_facts(cfg.probe)
+    facts = probe_facts(cfg.probe, ctx.cache_dir)
     if min(len(facts["train"]), len(facts["test"])) < MIN_PAIRS:  # the probe stage says why
         result: dict = {"base": None}
     else:
@@ -283,7 +283,7 @@ def probe_body(cfg: ProbeConfig, ctx: StageContext) -> None:
     model_dir = Path(ctx.inputs[cfg.evaluate.model_stage]) / "model"
     task = cfg.evaluate.task.build()
     model = cfg.evaluate.load_model(model_dir, task.head(cfg.evaluate.task.environment(ctx)))
-    facts = probe_facts(cfg.probe)
+    facts = probe_facts(cfg.probe, ctx.cache_dir)
     if min(len(facts["train"]), len(facts["test"])) < MIN_PAIRS:
         reason = (f"the graph {cfg.probe.source.name!r} gives too few facts with a hard negative "
                   f"({len(facts['train'])} probe-train, {len(facts['test'])} probe-test pairs; at least {MIN_PAIRS})")

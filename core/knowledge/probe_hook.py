@@ -17,6 +17,7 @@ from kinject.training import EvaluateConfig
 NAME = "knowledge-probe"  # the entry point's name: the spec's hooks.knowledge-probe
 BASE_STAGE = "probe-base"
 PROBE_STAGE = "probe"
+QUICK_PAIRS = 100  # probe-train and probe-test pairs each in a quick try (the full probe: ProbeSettings' 400)
 
 
 def probe_by_default() -> bool:
@@ -42,6 +43,8 @@ class Config(PluginConfig):
                                      "{name: hpo, include: [isa]}). Unset: the run's first triples source, else the "
                                      "HPO is-a graph; `kinject grid` gives every arm of a task the graph its "
                                      "knowledge arms inject, so all are probed on the same facts.")
+    pairs: int | None = Field(None, ge=8, description="Probe-train and probe-test pairs, each. Unset: 400, and "
+                              f"{QUICK_PAIRS} in a quick try (--quick: the probe embeds a quarter of the names).")
 
 
 def probe_source(run):
@@ -89,7 +92,15 @@ def probe_stages(run, **settings) -> list[Stage]:
 
 @hookimpl
 def kinject_extra_stages(run):
-    """The probe's stages for a run with a task (and an evaluate stage) unless its settings turn it off."""
-    if run.task is None or not run.hook_settings(NAME).enabled:
+    """The probe's stages for a run with a task (and an evaluate stage) unless its settings turn it off; a quick try
+    probes :data:`QUICK_PAIRS` pairs of each kind unless ``pairs`` is set (announced, recorded in run.json)."""
+    settings = run.hook_settings(NAME)
+    if run.task is None or not settings.enabled:
         return None
-    return probe_stages(run)
+    pairs = settings.pairs
+    if pairs is None and run.spec.protocol == "quick":
+        pairs = QUICK_PAIRS
+        run.defaults[f"hooks.{NAME}.pairs"] = (f"{QUICK_PAIRS}: a quick try (--quick) probes {QUICK_PAIRS} + "
+                                               f"{QUICK_PAIRS} facts, a quarter of the full probe's 400 + 400")
+        run.decided_by["probe"] = f"{__name__}.kinject_extra_stages"
+    return probe_stages(run, **({"train_pairs": pairs, "test_pairs": pairs} if pairs else {}))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from kinject.api import lazy_exports
 
 _EXPORTS = {  # name -> the module defining it; imported on first use, so `kinject list` reading `eval` loads nothing
-    ".cost": ("model_shape", "scored_flops", "trained_flops"),
+    ".cost": ("fixed_costs", "forward_flops", "model_shape", "scored_flops", "trained_flops"),
     ".batching": ("PaddingCounter", "consumed_rows", "length_grouped_batches", "row_lengths", "token_budget_batches",
                   "useful_token_fraction", "with_length_buckets"),
     ".models": ("MiniLMModel", "TinyModel", "minilm_path"),

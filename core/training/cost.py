@@ -7,14 +7,83 @@ forward. Token counts come from the task's own features (a sample of up to :data
 run's tokenizer, scaled to the split), so pairs, candidate lists and truncation count as they train. Stage configs
 state their work through ``StageConfig.cost`` with these helpers; this module is not part of any stage's key
 (the library declares it ``UNKEYED``): refining it re-runs nothing.
+
+Besides the arithmetic, the helpers note what a stage pays whatever its FLOPs (:func:`fixed_costs`): featurizing the
+examples of each split it reads (timed on the sample, scaled to the split) and loading the model.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
 
 SAMPLE = 200  # examples featurized to measure a split's tokens
+LOAD_S = 0.5  # loading a model: this plus its weights at LOAD_BYTES_PER_S
+LOAD_BYTES_PER_S = 150e6
+
+
+@dataclass
+class FixedCosts:
+    """What the helpers noted while a stage's cost was computed: the seconds it spends besides its arithmetic, by
+    what (each counted once per stage), and the FLOPs they stated as training (forward, backward and an optimizer
+    step per batch) and as scoring (no optimizer: a forward pass, or a backward for importance)."""
+
+    parts: dict[str, float] = field(default_factory=dict)
+    trained: float = 0.0
+    scored: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.parts.values())
+
+    def scoring_share(self, flops: float | None) -> float | None:
+        """The FLOPs of ``flops`` that score rather than train: all when only scoring helpers stated any, what the
+        training helpers did not state when they did, none when no helper stated any."""
+        if not flops:
+            return None
+        if self.trained:
+            return max(0.0, flops - self.trained)
+        return flops if self.scored else 0.0
+
+
+_OPEN: list[FixedCosts] = []
+
+
+@contextmanager
+def fixed_costs() -> Iterator[FixedCosts]:
+    """Collect the fixed costs the helpers note while a stage's cost is computed (``with fixed_costs() as f:``)."""
+    costs = FixedCosts()
+    _OPEN.append(costs)
+    try:
+        yield costs
+    finally:
+        _OPEN.remove(costs)
+
+
+def _note(what: str, seconds: float) -> None:
+    for costs in _OPEN:
+        costs.parts.setdefault(what, seconds)
+
+
+def _stated(flops: float, training: bool) -> float:
+    """Note ``flops`` as training or scoring arithmetic (:class:`FixedCosts`); returns them."""
+    for costs in _OPEN:
+        if training:
+            costs.trained += flops
+        else:
+            costs.scored += flops
+    return flops
+
+
+def load_seconds(path: str) -> float:
+    """Loading the model at ``path``: a fixed part and its weight files' size (a hub id: the fixed part only)."""
+    folder = Path(path)
+    size = sum(p.stat().st_size for p in folder.glob("*.safetensors")) if folder.is_dir() else 0
+    return LOAD_S + size / LOAD_BYTES_PER_S
 
 
 @dataclass(frozen=True)
@@ -40,8 +109,10 @@ def _shape(path: str, layers: int | None) -> Shape:
 
 
 def model_shape(run) -> Shape:
-    """The layer sizes of the run's base model (what every stage of a run trains or scores)."""
+    """The layer sizes of the run's base model (what every stage of a run trains or scores; a stage that asks loads
+    it: a fixed cost)."""
     ref = run.model_ref()
+    _note("loading the model", load_seconds(str(ref.path)))
     return _shape(str(ref.path), ref.layers)
 
 
@@ -62,7 +133,10 @@ def split_tokens(run, task_ref, split: str, max_length: int, cap: int | None = N
         return 0, 0.0
     step = max(1, len(examples) // SAMPLE)
     sample = examples[::step][:SAMPLE]
-    features = task.featurize(_tokenizer(str(run.model_ref().path)), sample, max_length, env)
+    tokenizer = _tokenizer(str(run.model_ref().path))
+    start = time.perf_counter()
+    features = task.featurize(tokenizer, sample, max_length, env)
+    _note(f"featurizing {task_ref.name} {split}", (time.perf_counter() - start) * len(examples) / len(sample))
     lengths = [len(f["input_ids"]) for f in features if "input_ids" in f]
     if not lengths:
         return 0, 0.0
@@ -72,7 +146,12 @@ def split_tokens(run, task_ref, split: str, max_length: int, cap: int | None = N
 def scored_flops(run, task_ref, split: str, max_length: int, cap: int | None = None, train: bool = False) -> float:
     """FLOPs of one pass over a split (forward only, or forward + backward with ``train``)."""
     sequences, length = split_tokens(run, task_ref, split, max_length, cap)
-    return (3 if train else 1) * sequences * length * model_shape(run).forward(length)
+    return _stated((3 if train else 1) * sequences * length * model_shape(run).forward(length), train)
+
+
+def forward_flops(run, sequences: float, length: float) -> float:
+    """A forward pass of the run's model over ``sequences`` of ``length`` tokens (scoring, e.g. embedding names)."""
+    return _stated(sequences * length * model_shape(run).forward(length), False)
 
 
 def finetune(config, run) -> float:
@@ -86,7 +165,7 @@ def finetune(config, run) -> float:
     else:
         epochs = float(training.epochs)
         tokens = sequences * length * epochs
-    flops = 3 * tokens * model_shape(run).forward(length)
+    flops = _stated(3 * tokens * model_shape(run).forward(length), True)
     if training.selection == "best" and "dev" in task.eval_splits:
         flops += max(1.0, epochs) * scored_flops(run, config.task, "dev", length_cap)
     return flops
@@ -108,4 +187,4 @@ def evaluate(config, run) -> float:
 def trained_flops(run, steps: float, batch_size: int, length: float) -> float:
     """Training on ``steps`` batches of ``length``-token sequences (a masked-LM head on masked positions only costs
     little beside the encoder)."""
-    return 3 * steps * batch_size * length * model_shape(run).forward(length)
+    return _stated(3 * steps * batch_size * length * model_shape(run).forward(length), True)

@@ -26,20 +26,33 @@ def test_bench_mfu_tiny_cpu(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_mfu", "--device", "cpu",
                            "--model", "tiny", "--batch", "8", "--length", "32", "--steps", "2", "--warmup", "1",
                            "--rounds", "1", "--peak-size", "256", "--peak-block-s", "0.02", "--json", str(out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("| 8 |")]
     rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[1:-1]] for line in lines}
     assert set(SETUPS) <= set(rows), sorted(rows)
     for name, cells in rows.items():
-        mfu_bf16, mfu_fp32 = float(cells[5]), float(cells[6])
-        for mfu in (mfu_bf16, mfu_fp32):
-            assert math.isfinite(mfu) and mfu > 0, (name, cells)  # (its size depends on the machine's load)
-        assert float(cells[3].replace(",", "")) > 0  # tokens/s
+        mfu, mfu_fp32 = float(cells[6]), float(cells[7])  # against the peak of the run's precision, and fp32's
+        for value in (mfu, mfu_fp32):
+            assert math.isfinite(value) and value > 0, (name, cells)  # (its size depends on the machine's load)
+        assert float(cells[2]) > 0 and float(cells[3]) > 0 and float(cells[4].replace(",", "")) > 0  # CPU, wall, tok/s
     data = json.loads(out.read_text())
-    assert {r["setup"] for r in data["rows"]} == set(rows)
-    assert all(0 < r["mfu_bf16"] and 0 < r["mfu_fp32"] for r in data["rows"])  # (sizes depend on the load)
+    assert {r["setup"] for r in data["rows"]} == set(rows) and data["label"]  # the machine class beside the figures
+    assert all(0 < r["mfu"] and 0 < r["mfu_fp32"] for r in data["rows"])  # (sizes depend on the load)
     assert all(r["vs_plain"] is not None for r in data["rows"] if r["setup"].startswith(("finetune", "plain")))
+
+
+@pytest.mark.slow
+def test_bench_peak_checks_the_avx2_emulation(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_peak", "--size", "256", "--bf16-size", "256",
+                           "--rounds", "1", "--json", str(tmp_path / "peak.json")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    rows = json.loads((tmp_path / "peak.json").read_text())["rows"]
+    assert {(r["isa"], r["threads"]) for r in rows} == {(i, t) for i in ("native", "avx2") for t in (1, 2)}
+    capped = [r for r in rows if r["isa"] == "avx2"]
+    assert all(r["capability"] == "AVX2" for r in capped) and all(r["fp32_cpu_gflops"] > 0 for r in rows)
+    assert proc.returncode in (0, 1) and ("emulation" in proc.stdout)  # 1: the cap did not slow this machine
 
 
 @pytest.mark.slow

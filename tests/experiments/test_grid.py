@@ -66,7 +66,9 @@ def test_dry_run_before_lists_every_cell_to_compute_and_writes_nothing(grid_run)
     assert sorted(found) == sorted(CELLS)
     for cell, line in found.items():
         assert "to compute: 0 of 2 stages cached" in line and line.endswith(cell), line
+        assert re.search(r"\(~\d+(\.\d)? (s|min|h)\)", line), line  # the cell's own time
     assert "4 cells: 0 done, 4 to run; 8 stage(s) to compute, 8 distinct" in text
+    assert re.search(r"estimated time: ~\d+(\.\d)? (s|min|h) for the distinct stages", text), text  # the total
 
 
 def test_debug_executor_runs_every_cell_as_an_ordinary_run(grid_run, data):

@@ -195,3 +195,19 @@ def test_the_probe_gain_interval_is_sklearn_s_auroc_on_every_resample():
     counts = np.bincount(rng.integers(0, 60, 60), minlength=60)
     assert weighted_auroc(model, y, counts[None])[0] == pytest.approx(roc_auc_score(np.repeat(y, counts),
                                                                                     np.repeat(model, counts)))
+
+
+@pytest.mark.parametrize("protocol, pairs, expected", [("quick", None, 100), ("quick", 40, 40), (None, None, 400)])
+def test_a_quick_try_probes_a_quarter_of_the_pairs_and_says_so(tmp_path, tiny_model, protocol, pairs, expected):
+    from conftest import write_textcls
+    from kinject.api import build_spec, plan, prepare
+
+    spec = {"model": {"name": "tiny", "max_length": 32}, "strategy": {"name": "finetune"},
+            "task": {"name": "textcls", "path": str(write_textcls(tmp_path / "textcls"))},
+            "cache_dir": str(tmp_path / "cache"), **({"protocol": protocol} if protocol else {}),
+            **({"hooks": {"knowledge-probe": {"pairs": pairs}}} if pairs else {})}
+    run = prepare(build_spec(spec))
+    probe = {p.stage.name: p.stage for p in plan(run)}["probe"].config.probe
+    assert (probe.train_pairs, probe.test_pairs) == (expected, expected)
+    decided = "hooks.knowledge-probe.pairs" in run.defaults  # announced (and recorded) only where kinject chose it
+    assert decided == (protocol == "quick" and pairs is None) and ("probe" in run.decided_by) == decided

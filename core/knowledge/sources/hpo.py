@@ -72,11 +72,17 @@ class HpoSource(TriplesSourceBase):
                             "source's filters)", self._around_file(env))
 
     def fingerprint(self, env: Environment) -> str:
-        base = super().fingerprint(env)
+        return self._with_around(env, super().fingerprint(env))
+
+    def parse_digest(self, env: Environment) -> str:
+        return self._with_around(env, super().parse_digest(env))
+
+    def _with_around(self, env: Environment, digest: str) -> str:
+        """``digest`` extended by the listed terms' file content, when the source keeps only the triples near them."""
         if self.config.around is None:
-            return base
+            return digest
         listed = hashlib.sha256(self._around_file(env).read_bytes()).hexdigest()
-        return hashlib.sha256(f"{base}:around:{listed}".encode()).hexdigest()
+        return hashlib.sha256(f"{digest}:around:{listed}".encode()).hexdigest()
 
     # -- around: the subgraph near listed terms -------------------------------------------------- #
     def _around_file(self, env: Environment) -> Path:

@@ -91,6 +91,9 @@ class GridFile(_Strict):
     vary: dict[str, Vary] = Field(default_factory=dict)
     overrides: list[Override] = Field(default_factory=list)
     baseline: str | None = "finetune"
+    #: the grid's one pre-declared comparison, ``TASK/SYSTEM`` (``SYSTEM`` alone when the grid has one task) against
+    #: the baseline: the leaderboard shows it unadjusted and marked, and adjusts every other comparison (Holm)
+    headline: str | None = Field(None, pattern=r"^[\w.+-]+(/[\w.+-]+)?$")
     metric: str | None = None
     split: str = "test"
     executor: Literal["debug", "local", "slurm"] = "local"
@@ -180,3 +183,26 @@ class Grid:
     @property
     def name(self) -> str:
         return self.path.stem
+
+    def headline(self) -> tuple[str, str] | None:
+        """The headline comparison as (task label, system), None when the file names none. A name that is no
+        system of the grid, or the baseline itself, is one line (SpecError) naming the field."""
+        from kinject.api import SpecError
+
+        named = self.file.headline
+        if named is None:
+            return None
+        tasks = list(dict.fromkeys(c.task for c in self.cells)) or list(self.file.tasks)
+        task, _, system = named.rpartition("/")
+        if not task and len(tasks) == 1:
+            task = tasks[0]
+        systems = {(c.task, c.system): c.strategy for c in self.cells}
+        if (task, system) not in systems:
+            known = sorted(f"{t}/{s}" for t, s in systems)
+            raise SpecError(f"{self.path}: headline: {named!r} names no system of the grid"
+                            + ("" if task else f" (name its task: TASK/{system}; the grid has {len(tasks)})")
+                            + (f"; its systems: {', '.join(known[:8])}" + (", ..." if len(known) > 8 else "")
+                               if known else ""))
+        if systems[(task, system)] == self.file.baseline:
+            raise SpecError(f"{self.path}: headline: {named!r} is the baseline; name a system compared with it")
+        return task, system

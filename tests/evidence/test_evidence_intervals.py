@@ -119,8 +119,8 @@ def test_compare_json_has_the_seed_inclusive_interval_by_default_and_the_example
 
 
 def test_identical_predictions_say_so(tmp_path, capsys):
-    make_run(tmp_path / "a", classification_records(20, 14))
-    make_run(tmp_path / "b", classification_records(20, 14))
+    make_run(tmp_path / "a", classification_records(20, 18))
+    make_run(tmp_path / "b", classification_records(20, 18))
     capsys.readouterr()
     assert kinject("compare", str(tmp_path / "a"), str(tmp_path / "b")) == 0
     assert "identical predictions" in capsys.readouterr().out

@@ -19,8 +19,6 @@ _EXPORTS = {  # name -> the module defining it
                    "verdict"),
     ".learned": ("not_learned", "run_not_learned"),
     ".stats": ("seed_tests",),
-    ".multiplicity": ("holm",),
-    ".draws": ("seed_draws", "draw_labels"),
     ".runs": ("find_runs", "load_predictions", "smoke_of"),
     ".report": ("build_report", "comparison_markdown", "metrics_markdown"),
     ".stage": ("CompareConfig", "compare_stage"),

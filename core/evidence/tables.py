@@ -183,7 +183,7 @@ HOLM_NOTE = ("verdict's p (Holm): the p-value of the verdict's interval (twice t
              "0), then Holm-adjusted over every comparison shown but the headline; verdict (Holm) is the verdict "
              "that survives the adjustment. The headline (declared before the runs) is not adjusted.")
 #: coverage of the default interval when seeds collapse (benchmarks/coverage.py, docs/evidence.md)
-BIMODAL_COVERAGE = "0.72-0.75 at 3-5 seeds"
+BIMODAL_COVERAGE = "0.67-0.70 at 3-5 seeds, 0.88 at 10"
 
 
 def shared_notes(rows: list[dict]) -> list[str]:

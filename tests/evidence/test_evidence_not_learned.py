@@ -167,3 +167,16 @@ def test_a_collapsed_method_seed_counts_against_the_method_and_a_collapsed_basel
     assert shown_verdict(row) == f"{row['verdict']}; 2 of 5 seeds collapsed"
     _, void = pair(define("accuracy"), arm, [base], n_resamples=500)
     assert void["verdict"] == "not learned" and "collapsed" not in void
+
+
+def test_auroc_is_checked_against_a_constant_score_not_the_runs_own():
+    """Random scores sit at AUROC 0.5, the constant score's, and are flagged; scores that rank are not."""
+    from kinject.evidence.learned import check
+    from kinject.evidence.metrics import define
+
+    metric, rng = define("auroc_macro", (), ("bio", "other")), np.random.default_rng(0)
+    records = classification_records(400, 300)
+    ranking = [{**r, "scores": [(1.0 if r["pred"] == "bio" else -1.0) + rng.normal(0, 0.3), 0.0]} for r in records]
+    assert check(ranking, metric) is None
+    found = check([{**r, "scores": [rng.normal(), 0.0]} for r in records], metric)
+    assert found is not None and found["baseline"] == pytest.approx(0.5) and found["margin"][0] < 0 < found["margin"][1]

@@ -8,15 +8,18 @@ from pathlib import Path
 
 def make_run(folder: Path, records: list[dict], *, task: dict | None = None, seed: int = 42, split: str = "test",
              metrics: dict | None = None, labels: tuple[str, ...] = ("bio", "other"), strategy: str = "finetune",
-             model: str = "tiny") -> Path:
-    """A run directory as ``kinject run`` writes it: run.json, metrics.json, predictions/<split>.jsonl and
-    model/config.json (the head's id2label)."""
+             model: str = "tiny", stages: list[tuple[str, str, str]] | None = None,
+             training: dict | None = None) -> Path:
+    """A run directory as ``kinject run`` writes it: run.json (``stages``: (name, key, config type) records),
+    metrics.json, predictions/<split>.jsonl and model/config.json (the head's id2label)."""
     folder.mkdir(parents=True, exist_ok=True)
     task = task or {"name": "textcls", "path": "/nowhere"}
     spec = {"model": {"name": model}, "task": task, "strategy": {"name": strategy}, "sources": [],
-            "training": {"epochs": 1.0}, "seed": seed}
+            "training": training or {"epochs": 1.0}, "seed": seed}
+    stage_records = [{"name": name, "key": key, "cached": False, "seconds": 1.0, "dir": f"/cache/{name}/{key}",
+                "config_type": config_type} for name, key, config_type in stages or []]
     info = {"spec": spec, "command": ["kinject", "run", strategy, "--task", task["name"], "--seed", str(seed)],
-            "stages": [], "versions": {"kinject": "0.1.0", "torch": "2.x"}, "git_sha": "abc123", "seed": seed,
+            "stages": stage_records, "versions": {"kinject": "0.1.0", "torch": "2.x"}, "git_sha": "abc123", "seed": seed,
             "data": f"{task['name']}:/nowhere", "model_path": model, "created": "2026-01-01T00:00:00+0000"}
     (folder / "run.json").write_text(json.dumps(info))
     (folder / "metrics.json").write_text(json.dumps(metrics or {}))
@@ -70,3 +73,24 @@ def brier_evaluator():
             return {"brier_macro": float(((p - y) ** 2).mean())}
 
     return Brier
+
+
+FINETUNE_CONFIG = "kinject.training.stages.FinetuneConfig"
+RETRAIN_CONFIG = "kinject.plugins.kimera.retrain.RetrainConfig"
+GIVEN_MASK_CONFIG = "kinject.plugins.kimera.masks.GivenMaskConfig"
+
+
+def seeded_pair(root: Path, base_correct: dict[int, int], arm_correct: dict[int, int], retrain_keys: dict[int, str],
+                n: int = 200, extra: tuple[str, str, str] | None = None) -> tuple[Path, Path]:
+    """A finetune baseline and a KIMERA-like arm (``root/finetune``, ``root/kimera``), one seed folder each per
+    seed: each seed's fine-tune stage keyed by its seed, the arm's ``kimera-retrain`` keyed ``retrain_keys[seed]``
+    (the same key for seeds that share one retraining); ``extra``: one more arm stage, the same for every seed."""
+    for seed, correct in base_correct.items():
+        make_run(root / "finetune" / f"seed-{seed}", classification_records(n, correct), seed=seed,
+                 stages=[("finetune", f"ft-{seed}", FINETUNE_CONFIG)])
+    for seed, correct in arm_correct.items():
+        stages = [("finetune", f"ft-{seed}", FINETUNE_CONFIG), ("kimera-retrain", retrain_keys[seed], RETRAIN_CONFIG),
+                  ("kimera-finetune", f"kft-{seed}", FINETUNE_CONFIG), *([extra] if extra else [])]
+        make_run(root / "kimera" / f"seed-{seed}", classification_records(n, correct, offset=seed % 7), seed=seed,
+                 strategy="kimera", stages=stages)
+    return root / "finetune", root / "kimera"

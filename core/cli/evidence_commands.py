@@ -79,6 +79,9 @@ def report(runs: List[str] = typer.Argument(..., help="Run directories, --repeat
            metric: Optional[List[str]] = typer.Option(None, "--metric", "-m", help="Compared metric (repeatable)"),
            resamples: int = typer.Option(2000, "--resamples", min=100, help="Bootstrap resamples"),
            seed: int = typer.Option(0, "--seed", help="Seed of the resampling"),
+           headline: Optional[str] = typer.Option(None, "--headline", help="The comparison declared before the "
+                                                  "runs (a run, or TASK/RUN): not adjusted; every other is "
+                                                  "Holm-adjusted"),
            debug: bool = typer.Option(False, "--debug", help="Tracebacks for errors")):
     """One page (Markdown + self-contained HTML): runs, metrics, comparisons, paper figures, plots, commands."""
     from kinject.evidence.metrics import metric_keys
@@ -86,6 +89,7 @@ def report(runs: List[str] = typer.Argument(..., help="Run directories, --repeat
     from kinject.evidence.runs import find_runs
 
     keys = metric_keys(metric, [s.first.task_spec for s in find_runs(runs, groups=True)]) if metric else None
-    done = build_report(runs, output, split, keys, n_resamples=resamples, seed=seed)
+    done = build_report(runs, output, split, keys, n_resamples=resamples, seed=seed,
+                        headline=headline)
     console.print(f"report of {done['runs']} run(s), {done['comparisons']} comparison(s), {done['plots']} plot(s): "
                   f"{done['markdown']}, {done['html']}", highlight=False)

@@ -19,7 +19,7 @@ _EXPORTS = {  # name -> the module defining it
                    "verdict"),
     ".learned": ("not_learned", "run_not_learned"),
     ".stats": ("seed_tests",),
-    ".runs": ("find_runs", "load_predictions"),
+    ".runs": ("find_runs", "load_predictions", "smoke_of"),
     ".report": ("build_report", "comparison_markdown", "metrics_markdown"),
     ".stage": ("CompareConfig", "compare_stage"),
     ".metrics": ("MetricDef", "define", "task_metric_refs"),

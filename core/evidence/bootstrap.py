@@ -11,6 +11,12 @@ the example interval, and the default, ``seeds-t+examples``: the example replica
 (:data:`DEFAULT_INTERVAL`; ``python -m benchmarks.coverage`` measures each one's coverage, docs/evidence.md). With
 one seed every kind is the example-only interval, and a verdict is not given (:func:`verdict`'s ``seeds``).
 
+Seeds that share a stage (one KG retraining, one teacher for every fine-tuning seed) share its random draw:
+``draws`` labels each paired seed's draw. When draws repeat but vary (2 <= D < S), the seed part of ``seeds-t`` and
+of the default is a t over the D draws' mean differences (cluster-robust, D-1 degrees of freedom), so it carries
+the draw's variance. With one draw for every seed (D = 1) nothing estimates it: the interval is conditional on that
+draw, and :mod:`.comparison` says so.
+
 A metric from sums of its evaluator's statistics (accuracy, F1 from counts, MRR, Pearson from moments, ECE) is
 resampled as weighted sums (a replicate is a matrix product); others (AUROC, an evaluator without statistics) are
 recomputed on the resampled examples (:mod:`.scorers`).
@@ -45,6 +51,8 @@ class Interval:
     standard_error: float
     resampled: str  # what was resampled, in words (:data:`INTERVALS`)
     kind: str = "examples"  # a key of :data:`INTERVALS`
+    p_value: float = float("nan")  # two-sided: twice the share of replicates on the far side of 0 (t: the t-test's)
+    draws: int = 0  # distinct draws of a shared stage behind the seed part (0: every seed its own)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -109,7 +117,8 @@ def _replicates(scorer: Scorer, a: np.ndarray, b: np.ndarray, codes: np.ndarray,
 
 
 def interval_set(scorer: Scorer, a: np.ndarray, b: np.ndarray, groups: list | None = None, n_resamples: int = 2000,
-                 confidence: float = 0.95, seed: int = 0, method: str = "percentile") -> dict[str, Interval]:
+                 confidence: float = 0.95, seed: int = 0, method: str = "percentile",
+                 draws: list | None = None) -> dict[str, Interval]:
     """Every interval of :data:`INTERVALS` for mean-over-seeds metric(b) - metric(a), from one set of replicates
     (the same example draws for both systems and every kind). ``a``/``b``: per-example sufficient statistics of
     the two systems, shape (examples, d, seeds), seeds paired by position; ``groups``: a unit per example (None:
@@ -120,10 +129,12 @@ def interval_set(scorer: Scorer, a: np.ndarray, b: np.ndarray, groups: list | No
     * ``two-way-corrected``: the same, its seed part (two-way minus example-only replicate) widened by √(S/(S-1)).
     * ``seeds-t``: a t-interval over the per-seed differences (each seed's metric on all examples).
     * ``wider``: the wider of ``seeds-t`` and ``examples``.
-    * ``seeds-t+examples``: each example replicate plus a seed effect drawn from the t distribution (S-1 degrees of
-      freedom) scaled by the seed main effect's standard error - the spread of the per-seed differences less the
-      seed × example noise the example replicates already carry (a variance-components estimate); with no seed
-      spread it is the example interval.
+    * ``seeds-t+examples``: each example replicate, its spread around the point shrunk by the seed × example
+      noise (a variance-components estimate: per-seed minus joint example variance, over S-1), plus a seed effect
+      drawn from the t distribution (S-1 degrees of freedom) scaled by the standard error of the mean per-seed
+      difference; with no seed spread it is the example interval.
+    ``draws``: a label per seed position for the draw of a stage its seeds share (None: each seed its own). With
+    2 <= D < S distinct draws the t parts are over the D draws' means (D-1 degrees of freedom).
     With one seed every kind is the example-only interval."""
     from scipy import stats
 
@@ -150,11 +161,14 @@ def interval_set(scorer: Scorer, a: np.ndarray, b: np.ndarray, groups: list | No
     used = "basic" if method.lower() == "basic" else "percentile"
     tail = (1 - confidence) / 2
 
-    def make(kind: str, low: float, high: float, error: float) -> Interval:
+    clusters = _clusters(draws, seeds)
+
+    def make(kind: str, low: float, high: float, error: float, p: float = float("nan")) -> Interval:
         return Interval(a=point_a, b=point_b, difference=difference, low=float(low), high=float(high),
                         confidence=confidence, n=n, seeds=seeds, groups=count, n_resamples=n_resamples,
                         method=used if kind != "seeds-t" else "t", standard_error=float(error),
-                        resampled=INTERVALS[kind] if seeds > 1 else INTERVALS["examples"], kind=kind)
+                        resampled=INTERVALS[kind] if seeds > 1 else INTERVALS["examples"], kind=kind,
+                        p_value=float(p), draws=len(clusters) if seeds > 1 and kind in DRAWN else 0)
 
     def from_replicates(kind: str, replicates: np.ndarray) -> Interval:
         found = replicates[np.isfinite(replicates)]
@@ -163,21 +177,26 @@ def interval_set(scorer: Scorer, a: np.ndarray, b: np.ndarray, groups: list | No
         low, high = np.quantile(found, [tail, 1 - tail])
         if used == "basic":
             low, high = 2 * difference - high, 2 * difference - low
-        return make(kind, low, high, np.std(found, ddof=1) if len(found) > 1 else 0.0)
+        return make(kind, low, high, np.std(found, ddof=1) if len(found) > 1 else 0.0,
+                    replicate_p_value(found, difference if used == "basic" else None))
 
     only = from_replicates("examples", examples)
     if seeds < 2:
         return {kind: replace(only, kind=kind) for kind in INTERVALS}
     two_way = np.take_along_axis(diff, picks, axis=1).mean(axis=1)
     per = values_b - values_a
-    spread = float(np.var(per, ddof=1)) / seeds  # the seed mean's variance: seed effect + seed x example noise
+    # the seed mean's variance (seed effect + seed x example noise), and its degrees of freedom: over seeds, or
+    # over the draws of a stage seeds share where those repeat but vary
+    spread, freedom = _seed_mean_variance(per, clusters)
     # the seed x example noise in it, which the example replicates carry already: per-seed minus joint variance
     cell = max(0.0, (float(np.nanmean(np.nanvar(diff, axis=0, ddof=1))) - float(np.nanvar(examples, ddof=1)))
                / (seeds - 1))
-    t = float(stats.t.ppf(1 - tail, seeds - 1))
+    t = float(stats.t.ppf(1 - tail, freedom))
     half = t * np.sqrt(spread)
-    seeds_t = make("seeds-t", difference - half, difference + half, np.sqrt(spread))
-    draws = np.random.default_rng([seed, 2]).standard_t(seeds - 1, len(examples))
+    t_p = 2 * float(stats.t.sf(abs(difference) / np.sqrt(spread), freedom)) if spread > 0 else \
+        (1.0 if difference == 0 else 0.0)
+    seeds_t = make("seeds-t", difference - half, difference + half, np.sqrt(spread), t_p)
+    draws = np.random.default_rng([seed, 2]).standard_t(freedom, len(examples))
     joint = float(np.nanvar(examples, ddof=1))
     shrink = np.sqrt(max(joint - cell, 0.0) / joint) if joint > 0 else 1.0  # the example part less that noise
     out = {"two-way": from_replicates("two-way", two_way),
@@ -190,6 +209,46 @@ def interval_set(scorer: Scorer, a: np.ndarray, b: np.ndarray, groups: list | No
            "examples": only}
     out["wider"] = replace(out["wider"], resampled=INTERVALS["wider"])
     return out
+
+
+DRAWN = ("seeds-t", "seeds-t+examples", "wider")  # the kinds whose seed part is over the draws of a shared stage
+
+
+def _clusters(draws: list | None, seeds: int) -> list[np.ndarray]:
+    """The seed positions of each distinct draw (one per seed when ``draws`` is None)."""
+    if draws is None:
+        return [np.array([s]) for s in range(seeds)]
+    if len(draws) != seeds:
+        raise ValueError(f"draws: {len(draws)} labels for {seeds} seeds")
+    labels = [str(d) for d in draws]
+    return [np.flatnonzero(np.asarray(labels) == label) for label in dict.fromkeys(labels)]
+
+
+def _seed_mean_variance(per: np.ndarray, clusters: list[np.ndarray]) -> tuple[float, int]:
+    """(variance of the mean per-seed difference, degrees of freedom). Each seed its own draw, or one draw for all:
+    var(per-seed differences)/S over S-1 (one draw: conditional on it). 2 <= D < S draws: the cluster-robust
+    variance D/(D-1) * sum_d (n_d/S)^2 (mean_d - mean)^2 over D-1."""
+    seeds = len(per)
+    if len(clusters) in (1, seeds):
+        return float(np.var(per, ddof=1)) / seeds, seeds - 1
+    mean = float(per.mean())
+    count = len(clusters)
+    total = sum((len(c) / seeds) ** 2 * (float(per[c].mean()) - mean) ** 2 for c in clusters)
+    return count / (count - 1) * total, count - 1
+
+
+def replicate_p_value(replicates: np.ndarray, centre: float | None = None) -> float:
+    """Two-sided bootstrap p-value of "the difference is 0": twice the share of replicates at or beyond 0 on the
+    far side of their bulk, (k+1)/(B+1) so never 0. ``centre``: the point estimate, for the basic interval (whose
+    replicates are reflected about it)."""
+    found = np.asarray(replicates, dtype=float)
+    found = found[np.isfinite(found)]
+    if not len(found):
+        return float("nan")
+    if centre is not None:
+        found = 2 * centre - found
+    below, above = int((found <= 0).sum()), int((found >= 0).sum())
+    return float(min(1.0, 2 * (min(below, above) + 1) / (len(found) + 1)))
 
 
 def bootstrap_intervals(scorer: Scorer, a: np.ndarray, b: np.ndarray, groups: list | None = None,

@@ -18,7 +18,7 @@ from kinject.api import KinjectError
 from kinject.evidence.metrics import MetricDef, build_task, define, task_metric_refs
 from kinject.evidence.runs import Run, RunSet, load_predictions
 from kinject.evidence.scorers import scorer_for
-from kinject.evidence.stats import seed_tests
+from kinject.evidence.stats import finite_or_none, seed_tests
 from kinject.evidence.tables import (FEW_SEEDS, comparison_table, print_comparison,  # noqa: F401 - re-exported
                                            probe_table, table_notes)
 
@@ -54,7 +54,8 @@ def _intervals(found: dict) -> dict[str, list[float]]:
 
 def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[int, list[dict]]],
          n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0, method: str = "percentile",
-         greater_is_better: bool = True, interval: str | None = None, learned: bool = True) -> list[dict]:
+         greater_is_better: bool = True, interval: str | None = None, learned: bool = True,
+         draws: list[dict[int, dict[str, str]]] | None = None) -> list[dict]:
     """The baseline's row and one row per other system: metric value (mean over the seeds its difference uses),
     per-seed values, the difference to the baseline with its intervals, a verdict and per-seed tests (aligned records
     in).
@@ -67,19 +68,26 @@ def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[i
     seeds than the baseline is paired over the seeds both have (``paired_seeds``; ``value`` and ``baseline_value``
     are both over those seeds, ``value_all_seeds`` over all of its own); two single-seed runs of different seeds are
     compared example by example and marked ``unpaired``; several seeds with none in common is an error.
-    ``learned``: flag a system that learned nothing (``not_learned``, :mod:`.learned`; its verdict says so)."""
+    ``learned``: flag a system that learned nothing (``not_learned``, :mod:`.learned`): a baseline that did voids
+    the verdict (``not learned``); an arm's seeds that did are counted in its difference (``collapsed``).
+    ``draws``: per system (baseline first), seed -> {stage name: key} of its random-draw stages
+    (:func:`~kinject.evidence.draws.seed_draws`); paired seeds that share one are ``shared_stages`` (module
+    :mod:`.draws`): the interval's seed part is over their distinct draws, or, with one, conditional on it."""
     from kinject.evidence.bootstrap import DEFAULT_INTERVAL, interval_set, verdict
-    from kinject.evidence.learned import NOT_LEARNED, not_learned
+    from kinject.evidence.learned import NOT_LEARNED, collapsed_text, not_learned
 
     kind = interval or DEFAULT_INTERVAL
-    scorer = scorer_for(metric, [r for side in (baseline, *others) for r in side.values()])
+    memo: dict = {}  # each record set's statistics, computed once for the comparison and the learned checks
+    scorer = scorer_for(metric, [r for side in (baseline, *others) for r in side.values()], memo=memo)
     base_stats, base_values = _stack(scorer, baseline)
     first = baseline[min(baseline)]
     groups = [r.get("group", r["id"]) for r in first]
-    check = (lambda side: not_learned(metric, side, greater_is_better)) if learned else (lambda side: None)
+    cache: dict = {}  # the best input-free predictor, per gold labels: one search for every system and seed
+    check = (lambda side: not_learned(metric, side, greater_is_better, cache, memo)) if learned else \
+        (lambda side: None)
     base_flag = check(baseline)
     rows = [{"value": float(np.mean(list(base_values.values()))), "per_seed": base_values, "not_learned": base_flag}]
-    for side in others:
+    for index, side in enumerate(others):
         stats, values = _stack(scorer, side)
         shared = sorted(set(baseline) & set(side))
         a, b = base_stats, stats
@@ -93,19 +101,27 @@ def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[i
                                    f"{sorted(side)}): a paired comparison needs the same seeds on both sides")
             else:
                 unpaired = True
+        seeds = sorted(shared if shared else baseline)
+        labels, stages = shared_draws(draws, index, seeds) if not unpaired else (None, [])
         found = interval_set(scorer, a, b, groups=groups, n_resamples=n_resamples, confidence=confidence, seed=seed,
-                             method=method)
+                             method=method, draws=labels)
         both, examples = found[kind], found["examples"]
         flag = check(side)
         call = verdict(both.low, both.high, greater_is_better, seeds=both.seeds)
-        if base_flag or flag:
+        if base_flag:  # a baseline that learned nothing voids the comparison
             call = NOT_LEARNED
         row = {"value": both.b, "per_seed": values, "baseline_value": both.a, "difference": both.difference,
                "ci_low": both.low, "ci_high": both.high, "interval": both.resampled, "interval_kind": both.kind,
                "ci_low_examples": examples.low, "ci_high_examples": examples.high, "intervals": _intervals(found),
                "standard_error": both.standard_error, "method": both.method, "seeds_paired": 0 if unpaired else
                both.seeds, "units": both.groups, "verdict": call, "not_learned": flag,
-               "identical": bool(np.array_equal(a, b)), "seed_tests": seed_tests(base_values, values)}
+               "identical": bool(np.array_equal(a, b)), "seed_tests": seed_tests(base_values, values),
+               "p_value": finite_or_none(both.p_value)}
+        if flag:  # the arm's seeds that learned nothing: an outcome of the method, counted in its difference
+            row["collapsed"] = collapsed_text(flag)
+        if stages:
+            row["shared_stages"] = shared_record(stages, labels, both)
+            row["interval"] = f"{both.resampled}, {row['shared_stages']['text']}"
         if unpaired:
             row["unpaired"] = {"baseline_seed": min(baseline), "seed": min(side)}
             row["interval"] = f"examples only, unpaired seeds ({min(side)} vs {min(baseline)})"
@@ -114,6 +130,30 @@ def pair(metric: MetricDef, baseline: dict[int, list[dict]], others: list[dict[i
             row["value_all_seeds"] = float(np.mean(list(values.values())))
         rows.append(row)
     return rows
+
+
+def shared_draws(draws: list[dict[int, dict[str, str]]] | None, index: int,
+                 seeds: list[int]) -> tuple[list[int] | None, list[str]]:
+    """(a draw label per paired seed, the stages drawn once for several of them) of the baseline and other system
+    ``index``; (None, []) when no stage is shared or the draws are unknown."""
+    from kinject.evidence.draws import draw_labels
+
+    if not draws or len(seeds) < 2:
+        return None, []
+    labels, stages = draw_labels([draws[0], draws[index + 1]], seeds)
+    return (labels, stages) if stages else (None, [])
+
+
+def shared_record(stages: list[str], labels: list[int], interval) -> dict:
+    """``shared_stages`` of a row: the stages, how many draws the seeds had, whether the verdict is conditional on
+    them (one draw for every seed, or an interval kind that does not model draws), and the words for both."""
+    from kinject.evidence.bootstrap import DRAWN
+    from kinject.evidence.draws import conditional_text, draws_text
+
+    count, seeds = len(set(labels)), len(labels)
+    conditional = count == 1 or interval.kind not in DRAWN
+    return {"stages": stages, "draws": count, "seeds": seeds, "conditional": conditional,
+            "text": conditional_text(stages, count) if conditional else draws_text(stages, count)}
 
 
 def compare(baseline, *others, split: str = "test", metrics: list[str] | str | None = None,
@@ -177,10 +217,14 @@ def compare_runs(run_sets: list[RunSet], split: str = "test", metrics: list[str]
     out: dict[str, Any] = {"task": baseline.task, "split": split, "examples": len(reference), "baseline": baseline.name,
                            "confidence": confidence, "resamples": n_resamples, "metrics": [], "warnings": []}
     task = build_task(baseline.first.task_spec)
+    from kinject.evidence.draws import seed_draws
+    from kinject.evidence.runs import smoke_reasons
+
+    draws = [{seed_value: seed_draws(run.info) for seed_value, run in run_set.runs.items()} for run_set in run_sets]
     for key in metrics or [default_metric(baseline.first, split)]:
         direction = task.greater_is_better(key) if task is not None else metric_direction(key)
         rows = pair(define(key, refs, labels), aligned[0], aligned[1:], n_resamples, confidence, seed, method,
-                    greater_is_better=direction, interval=interval)
+                    greater_is_better=direction, interval=interval, draws=draws)
         for run_set, row in zip(run_sets, rows):
             reported = {s: (r.metrics.get(split) or {}).get(key) for s, r in run_set.runs.items()}
             for s, value in row["per_seed"].items():
@@ -188,12 +232,11 @@ def compare_runs(run_sets: list[RunSet], split: str = "test", metrics: list[str]
                     out["warnings"].append(f"{run_set.runs[s].path}: {key} recomputed from predictions is "
                                            f"{value:.6g} but metrics.json says {reported[s]:.6g}")
             row.update(run=run_set.name, path=str(run_set.path), strategy=run_set.strategy, seeds=sorted(run_set.runs),
-                       per_seed={str(s): v for s, v in row["per_seed"].items()})
+                       per_seed={str(s): v for s, v in row["per_seed"].items()}, smoke=smoke_reasons(run_set))
             if any(s.probe() for s in run_sets):  # the knowledge probe beside the task metric
                 row["probe"] = _probe_row(run_set)
-        for row in rows[1:]:  # a system that learned nothing is named in the verdict
-            row["verdict"] = verdict_of(row["verdict"], [(rows[0]["run"], rows[0]["not_learned"]),
-                                                         (row["run"], row["not_learned"])])
+        for row in rows[1:]:  # a baseline that learned nothing is named in the verdict
+            row["verdict"] = verdict_of(row["verdict"], (rows[0]["run"], rows[0]["not_learned"]))
         out["metrics"].append({"metric": key, "greater_is_better": direction, "rows": rows})
     if any(s.probe() for s in run_sets):
         out["probe"] = compare_probes(run_sets, n_resamples, confidence, seed)
@@ -299,4 +342,5 @@ def compare_prediction_files(baseline: Path, other: Path, metric: str, task_kind
             "ci_low": row["ci_low"], "ci_high": row["ci_high"], "confidence": confidence, "n": len(a),
             "n_resamples": n_resamples, "method": row["method"], "verdict": row["verdict"],
             "identical": row["identical"], "interval": "examples only (one trained model per side)",
-            "not_learned": {"baseline": base["not_learned"], "other": row["not_learned"]}}
+            "not_learned": {"baseline": base["not_learned"], "other": row["not_learned"]},
+            **({"collapsed": row["collapsed"]} if row.get("collapsed") else {})}

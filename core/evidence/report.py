@@ -117,34 +117,61 @@ def _signed(values: list[float]) -> str:
     return text if text.startswith("-") else "+" + text
 
 
+def _adjust(results: list[dict], headline: str | None) -> None:
+    """Holm over every comparison of the report (each task's arms, each metric), but the ``headline`` (a run name,
+    or TASK/RUN): in place (:mod:`.multiplicity`). A headline that names no compared run is an error."""
+    from kinject.evidence.multiplicity import adjust
+
+    rows = [row for result in results for block in result["metrics"] for row in block["rows"][1:]]
+    named = [row for result in results for block in result["metrics"] for row in block["rows"][1:]
+             if headline in (row["run"], f"{result['task']}/{row['run']}")] if headline else []
+    if headline and not named:
+        known = sorted({row["run"] for row in rows})
+        raise KinjectError(f"--headline {headline}: names no compared run ({', '.join(known) or 'none'})")
+    if len(named) > 1:
+        raise KinjectError(f"--headline {headline}: names {len(named)} comparisons (tasks or metrics); name one, "
+                           "as TASK/RUN with one --metric")
+    adjust(rows, named[0] if named else None)
+
+
 def _comparison_section(groups: dict[str, list[RunSet]], split: str, metrics: list[str] | None,
-                        n_resamples: int, seed: int) -> tuple[list[Block], list[dict]]:
+                        n_resamples: int, seed: int, headline: str | None = None) -> tuple[list[Block], list[dict]]:
     blocks: list[Block] = [Heading(2, "Paired comparisons"),
                            Para("Difference to the first run of each task (the baseline), with a 95% interval over "
                                 "seeds and evaluation units (the verdict reads it; with one paired seed it is over "
                                 "units only and no verdict is given), the interval over units alone (conditional on "
                                 "these trained models) and, where both sides have several seeds, paired per-seed "
-                                "t-test and Wilcoxon p-values; a system that learned nothing (one prediction for "
-                                "every example, or no better than the constant baseline of the gold labels) is named "
-                                "in the verdict (docs/evidence.md).")]
-    results = []
+                                "t-test and Wilcoxon p-values; a baseline that learned nothing (one prediction for "
+                                "every example, or no better than the best input-free predictor for the metric) "
+                                "voids its comparisons, and an arm's seeds that did count as harm (docs/evidence.md). "
+                                "Every comparison but a declared headline is Holm-adjusted with the others: raw and "
+                                "adjusted p-values and verdicts are both shown.")]
+    results, found = [], []
     for task, sets in groups.items():
         usable = [s for s in sets if all((r.path / "predictions" / f"{split}.jsonl").exists() for r in s.runs.values())]
         missing = [s.name for s in sets if s not in usable]
+        result, problem = None, None
+        if len(usable) >= 2:
+            try:
+                result = compare_runs(usable, split, metrics, n_resamples=n_resamples, seed=seed)
+            except KinjectError as exc:
+                problem = exc
+        found.append((task, missing, len(usable), result, problem))
+        if result is not None:
+            results.append(result)
+    _adjust(results, headline)
+    for task, missing, usable, result, problem in found:
         blocks.append(Heading(3, task))
         if missing:
             blocks.append(Para(f"Without {split} predictions (not compared): {', '.join(missing)}."))
-        if len(usable) < 2:
+        if usable < 2:
             blocks.append(Para("Fewer than two runs with predictions: nothing to compare."))
             continue
-        try:
-            result = compare_runs(usable, split, metrics, n_resamples=n_resamples, seed=seed)
-        except KinjectError as exc:
-            blocks.append(Para(f"Not compared: {exc}"))
+        if result is None:
+            blocks.append(Para(f"Not compared: {problem}"))
             continue
-        results.append(result)
         for block in result["metrics"]:
-            headers, rows = comparison_table(result, block)
+            headers, rows = comparison_table(result, block, adjusted=True)
             blocks += [Para(f"{block['metric']} on {result['examples']} {split} examples ({result['resamples']} "
                             "resamples):"), TableBlock(headers, rows), Para(" ".join(table_notes(result, block)))]
         probe = probe_table(result)
@@ -209,14 +236,10 @@ def _papers_section(groups: dict[str, list[RunSet]], split: str) -> list[Block]:
 
 def _scale(run_set: RunSet) -> str:
     """How far a run is from a paper's scale: a smoke run (the tiny model, --limit, a few steps) says so plainly."""
-    spec = run_set.first.info.get("spec", {})
-    model = (spec.get("model") or {}).get("name", "?")
-    training = spec.get("training") or {}
-    smoke = [why for why, hit in (("tiny random model", model == "tiny"),
-                                  (f"--limit {training.get('limit')}", training.get("limit")),
-                                  (f"{training.get('max_steps')} steps", 0 < (training.get("max_steps") or -1) < 200))
-             if hit]
-    return ("smoke run, not comparable: " + ", ".join(smoke)) if smoke else f"not the paper's: {model}"
+    from kinject.evidence.runs import smoke_reasons
+
+    model = (run_set.first.info.get("spec", {}).get("model") or {}).get("name", "?")
+    return smoke_reasons(run_set) or f"not the paper's: {model}"
 
 
 def _plots(run_sets: list[RunSet]) -> list[tuple[RunSet, Path, Path]]:
@@ -245,8 +268,10 @@ def _commands_section(run_sets: list[RunSet]) -> list[Block]:
 
 
 def build_report(arguments: list[str], output: Path, split: str = "test", metrics: list[str] | None = None,
-                 n_resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Write ``output/report.md`` (+ ``images/``), ``output/report.html`` and ``output/comparisons.json``."""
+                 n_resamples: int = 2000, seed: int = 0, headline: str | None = None) -> dict[str, Any]:
+    """Write ``output/report.md`` (+ ``images/``), ``output/report.html`` and ``output/comparisons.json``.
+    ``headline``: the one comparison declared before the runs (a run name, or TASK/RUN), left unadjusted; every
+    other is Holm-adjusted."""
     import json
 
     from kinject.api import __version__
@@ -259,7 +284,7 @@ def build_report(arguments: list[str], output: Path, split: str = "test", metric
 
     short_names(run_sets)  # tables name runs by their path below the folder they share
     groups = _by_task(run_sets)
-    comparisons, results = _comparison_section(groups, split, metrics, n_resamples, seed)
+    comparisons, results = _comparison_section(groups, split, metrics, n_resamples, seed, headline)
     import tempfile
 
     scratch = Path(tempfile.mkdtemp(prefix="kinject-report-"))

@@ -135,6 +135,30 @@ class RunSet:
                 "gain": sum(model[s] - base[s] for s in model) / len(model)}
 
 
+SMOKE_STEPS = 200  # fewer optimiser steps than this make a smoke run
+
+
+def smoke_reasons(run_set: RunSet) -> str | None:
+    """:func:`smoke_of` a system's first run."""
+    return smoke_of(run_set.first.info)
+
+
+def smoke_of(info: dict) -> str | None:
+    """Why a run (its run.json) is a smoke run, whose figures are not comparable with anyone's (the tiny random
+    model, ``--limit``, fewer than :data:`SMOKE_STEPS` steps), as ``smoke run, not comparable: tiny random model,
+    --limit 64``; None when it is none."""
+    spec = info.get("spec") if isinstance(info, dict) else None
+    spec = spec if isinstance(spec, dict) else {}
+    model = (spec.get("model") or {}).get("name", "?") if isinstance(spec.get("model"), dict) else "?"
+    training = spec.get("training") if isinstance(spec.get("training"), dict) else {}
+    steps = training.get("max_steps")
+    found = [why for why, hit in (("tiny random model", model == "tiny"),
+                                  (f"--limit {training.get('limit')}", bool(training.get("limit"))),
+                                  (f"{steps} steps", isinstance(steps, (int, float)) and 0 < steps < SMOKE_STEPS))
+             if hit]
+    return ("smoke run, not comparable: " + ", ".join(found)) if found else None
+
+
 def short_names(run_sets: list[RunSet]) -> None:
     """Name each run set by its path relative to the folder all of them share (``runs/a``, ``runs/b`` -> ``a``,
     ``b``), so tables are not widened by a machine's folders; a single set keeps its last two path parts."""

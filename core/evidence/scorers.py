@@ -89,17 +89,25 @@ class StatisticsScorer(Scorer):
     """A metric whose evaluator declares sufficient statistics. Its columns are the union over every compared run
     (a column a run lacks is 0 there), so runs and seeds stack."""
 
-    def __init__(self, metric: MetricDef, evaluator: Evaluator, record_sets: Sequence[list[dict]]):
+    def __init__(self, metric: MetricDef, evaluator: Evaluator, record_sets: Sequence[list[dict]],
+                 memo: dict | None = None):
         super().__init__(metric, evaluator, record_sets)
         self.additive = type(evaluator).from_units is Evaluator.from_units
+        self.memo = memo  # id(records) -> (records, their statistics): shared by scorers of one metric
         found = [(records, self._columns(records)) for records in record_sets]
         self.columns = list(dict.fromkeys(key for _, columns in found for key in columns))
         self._arrays = {id(records): (records, self._array(columns, records)) for records, columns in found}
 
     def _columns(self, records: list[dict]) -> dict[Any, np.ndarray]:
+        known = self.memo.get(id(records)) if self.memo is not None else None
+        if known is not None and known[0] is records:
+            return known[1]
         references, predictions, kwargs = self._inputs(records)
         columns = self._call(self.evaluator.statistics, references, predictions, **kwargs)
-        return {key: np.asarray(column, dtype=float) for key, column in columns.items()}
+        found = {key: np.asarray(column, dtype=float) for key, column in columns.items()}
+        if self.memo is not None:
+            self.memo[id(records)] = (records, found)
+        return found
 
     def _array(self, columns: dict[Any, np.ndarray], records: list[dict]) -> np.ndarray:
         unknown = [key for key in columns if key not in self.columns]
@@ -163,12 +171,14 @@ class EvaluatorScorer(Scorer):
         return out
 
 
-def scorer_for(metric: MetricDef, record_sets: Sequence[list[dict]]) -> Scorer:
+def scorer_for(metric: MetricDef, record_sets: Sequence[list[dict]], memo: dict | None = None) -> Scorer:
     """The scorer of ``metric``, fitted on every record set that will be compared: from its evaluator's statistics
     where the evaluator declares them (fast resampling), else the evaluator's ``compute`` (:class:`EvaluatorScorer`).
-    The evaluator object decides, whatever name it is registered under."""
+    The evaluator object decides, whatever name it is registered under. ``memo``: a dict that scorers of this
+    metric share, so a record set's statistics are computed once (the records must not change meanwhile)."""
     from kinject.api import MetricRef
 
     evaluator = MetricRef(name=metric.evaluator, options=metric.options).build()
-    declares = type(evaluator).statistics is not Evaluator.statistics
-    return (StatisticsScorer if declares else EvaluatorScorer)(metric, evaluator, record_sets)
+    if type(evaluator).statistics is not Evaluator.statistics:
+        return StatisticsScorer(metric, evaluator, record_sets, memo)
+    return EvaluatorScorer(metric, evaluator, record_sets)

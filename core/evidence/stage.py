@@ -41,8 +41,7 @@ def compare_body(cfg: CompareConfig, ctx: StageContext) -> None:
     from .learned import describe, verdict_of
 
     flags = result.get("not_learned") or {}
-    result["verdict"] = verdict_of(result["verdict"], [(cfg.labels[0], flags.get("baseline")),
-                                                       (cfg.labels[1], flags.get("other"))])
+    result["verdict"] = verdict_of(result["verdict"], (cfg.labels[0], flags.get("baseline")))
     for label, flag in ((cfg.labels[0], flags.get("baseline")), (cfg.labels[1], flags.get("other"))):
         if flag:
             details.warning("%s learned nothing: %s", label, describe(flag))

@@ -79,7 +79,7 @@ def paired_bootstrap(per_example_a, per_example_b, statistic: Callable = np.mean
                             standard_error=float(result.standard_error))
 
 
-def _finite(value) -> float | None:
+def finite_or_none(value) -> float | None:
     value = float(value)
     return value if np.isfinite(value) else None
 
@@ -103,8 +103,8 @@ def seed_tests(values_a: Mapping[int, float], values_b: Mapping[int, float]) -> 
         warnings.simplefilter("ignore")
         if np.ptp(diff) > 0:
             t = stats.ttest_rel(b, a)
-            out.update(t_statistic=_finite(t.statistic), t_pvalue=_finite(t.pvalue))
+            out.update(t_statistic=finite_or_none(t.statistic), t_pvalue=finite_or_none(t.pvalue))
         if np.any(diff != 0):
             w = stats.wilcoxon(b, a)
-            out.update(wilcoxon_statistic=_finite(w.statistic), wilcoxon_pvalue=_finite(w.pvalue))
+            out.update(wilcoxon_statistic=finite_or_none(w.statistic), wilcoxon_pvalue=finite_or_none(w.pvalue))
     return out

@@ -32,13 +32,20 @@ def format_value(value) -> str:
     return str(value)
 
 
-def shown_verdict(row: dict) -> str:
-    """The verdict as every view shows it: ``not learned: ...`` first, then identical predictions, then the verdict
-    (``1 seed: no verdict`` with one paired seed)."""
-    verdict = row.get("verdict") or ""
+def shown_verdict(row: dict, key: str = "verdict") -> str:
+    """The verdict as every view shows it: ``not learned: <baseline>`` first, then identical predictions, then the
+    verdict (``1 seed: no verdict`` with one paired seed), ``conditional on one <stage>`` where the paired seeds
+    share one draw of a stage, and how many of the arm's seeds collapsed. ``key``: ``verdict_holm`` for the
+    Holm-adjusted one."""
+    verdict = row.get(key) or ""
     if verdict.startswith("not learned"):
         return verdict
-    return "identical predictions" if row.get("identical") else verdict
+    if row.get("identical"):
+        return "identical predictions"
+    shared = row.get("shared_stages") or {}
+    if shared.get("conditional") and verdict in ("gain", "loss", "no evidence"):
+        verdict += f", {shared['text']}"
+    return verdict + (f"; {row['collapsed']}" if row.get("collapsed") else "")
 
 
 def paired_count(row: dict) -> int:
@@ -86,24 +93,32 @@ def _p(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def comparison_table(result: dict[str, Any], block: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def comparison_table(result: dict[str, Any], block: dict[str, Any],
+                     adjusted: bool = False) -> tuple[list[str], list[list[str]]]:
     """Headers and rows (text) of one metric's comparison: run, seeds, value (over the seeds its difference uses),
     difference, the verdict's interval (its kind in the heading, or per cell when rows differ) and the verdict, the
-    example-only interval, p-values. ``†``: 2 to 4 paired seeds."""
+    example-only interval, p-values. ``†``: 2 to 4 paired seeds. ``adjusted``: two more columns, the verdict's
+    p-value (raw and Holm-adjusted, :mod:`.multiplicity`) and the adjusted verdict."""
+    from kinject.evidence.multiplicity import HEADLINE, p_cell
+
     level = f"{result['confidence'] * 100:g}%"
     heading, each = interval_heading(block["rows"][1:], level)
     headers = ["run", "seeds", block["metric"], "Δ vs baseline", heading, "verdict",
-               f"{level} CI (examples only: these models)", "t-test p", "Wilcoxon p"]
+               f"{level} CI (examples only: these models)", "t-test p", "Wilcoxon p"] + \
+        (["verdict's p (Holm)", "verdict (Holm)"] if adjusted else [])
     rows = []
     base_value = block["rows"][0]["value"]
     for i, row in enumerate(block["rows"]):
         tests = row.get("seed_tests") or {}
         if i == 0:
-            cells = ["baseline", "", "", "", "", ""]
+            cells = ["baseline", "", "", "", "", ""] + (["", ""] if adjusted else [])
         else:
             cells = [difference_cell(row, base_value), interval_cell(row, each), shown_verdict(row),
                      f"[{row['ci_low_examples']:+.4f}, {row['ci_high_examples']:+.4f}]" if "ci_low_examples" in row
                      else "", _p(tests.get("t_pvalue")), _p(tests.get("wilcoxon_pvalue"))]
+            if adjusted:
+                cells += [p_cell(row), HEADLINE if row.get("headline") else
+                          shown_verdict(row, "verdict_holm") if row.get("verdict_holm") else "-"]
         rows.append([row["run"], seeds_cell(row, i > 0), f"{row['value']:.4f}", *cells])
     if any("probe" in row for row in block["rows"]):
         headers.append("probe AUROC (base; gain)")
@@ -115,7 +130,8 @@ def comparison_table(result: dict[str, Any], block: dict[str, Any]) -> tuple[lis
 
 INTERVAL_NOTES = {
     "seeds-t+examples": "each example-bootstrap replicate plus a seed effect drawn from the t distribution over the "
-                        "paired seeds (coverage >= 0.93 at 3-10 seeds in docs/evidence.md's simulation)",
+                        "paired seeds (coverage 0.93-0.96 at 3-10 seeds that draw independently in docs/evidence.md's "
+                        "simulation; lower where seeds share a draw or collapse)",
     "two-way": "two-way (pigeonhole) bootstrap over seeds and units",
     "two-way-corrected": "two-way bootstrap, its seed part widened by √(S/(S-1))",
     "seeds-t": "t-interval over the per-seed differences",
@@ -151,13 +167,53 @@ def table_notes(result: dict[str, Any], block: dict[str, Any]) -> list[str]:
     if any(shown_verdict(r) == "identical predictions" for r in rows):
         notes.append("identical predictions: the two systems score every example alike (difference 0 by "
                      "construction, e.g. a method that changed nothing).")
-    for row in block["rows"]:
-        if row.get("not_learned"):
-            notes.append(f"not learned: {row['run']}: {describe(row['not_learned'])} - a comparison with it says "
-                         "nothing about the method.")
+    notes += shared_notes(rows)
+    if block["rows"][0].get("not_learned"):
+        notes.append(f"not learned: {block['rows'][0]['run']}: {describe(block['rows'][0]['not_learned'])} - a "
+                     "baseline that learned nothing voids every comparison with it.")
+    notes += collapse_notes(rows)
+    if any(r.get("headline") for r in rows) or any(r.get("p_holm") is not None for r in rows):
+        notes.append(HOLM_NOTE)
     if not block.get("greater_is_better", True):
         notes.append(f"{block['metric']}: lower is better (a negative difference is a gain).")
     return notes
+
+
+HOLM_NOTE = ("verdict's p (Holm): the p-value of the verdict's interval (twice the share of its replicates beyond "
+             "0), then Holm-adjusted over every comparison shown but the headline; verdict (Holm) is the verdict "
+             "that survives the adjustment. The headline (declared before the runs) is not adjusted.")
+#: coverage of the default interval when seeds collapse (benchmarks/coverage.py, docs/evidence.md)
+BIMODAL_COVERAGE = "0.67-0.70 at 3-5 seeds, 0.88 at 10"
+
+
+def shared_notes(rows: list[dict]) -> list[str]:
+    """One line per row whose paired seeds share a stage's draw: conditional on it, or over its draws."""
+    notes = []
+    for row in rows:
+        shared = row.get("shared_stages")
+        if not shared:
+            continue
+        names = ", ".join(shared["stages"])
+        draws = "one draw" if shared["draws"] == 1 else f"{shared['draws']} draws"
+        if shared["conditional"]:
+            notes.append(f"{row['run']}: {shared['text']} - its {shared['seeds']} paired seeds share {draws} of "
+                         f"{names} (the same stage key in their run.json), so the interval says what other seeds "
+                         "would do with that draw, not what another draw would; seed the stage per run for that.")
+        else:
+            notes.append(f"{row['run']}: its {shared['seeds']} paired seeds share {shared['draws']} draws of {names}; "
+                         f"the interval's seed part is a t over those draws ({shared['draws'] - 1} degrees of "
+                         "freedom).")
+    return notes
+
+
+def collapse_notes(rows: list[dict]) -> list[str]:
+    """One line per arm whose seeds learned nothing: counted in its difference, as harm."""
+    from kinject.evidence.learned import describe
+
+    return [f"{row['collapsed']}: {row['run']}: {describe(row['not_learned'])} - an outcome of the method, counted in "
+            f"its difference as harm. Seeds that collapse make the outcome bimodal, where the interval covers "
+            f"less than 0.95 ({BIMODAL_COVERAGE} in docs/evidence.md's simulation)."
+            for row in rows if row.get("collapsed") and row.get("not_learned")]
 
 
 def probe_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:

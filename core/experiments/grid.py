@@ -179,6 +179,7 @@ def load_grid(path: Path, output: Path | None = None, sets: list[str] | None = N
     out = Path(output) if output is not None else Path(spec.output or f"runs/{path.stem}")
     grid = Grid(path=path, file=spec, output=out)
     grid.cells = _cells(grid, cli)
+    grid.headline()  # a headline that names no compared system is an error before anything runs
     return grid
 
 

@@ -17,11 +17,11 @@ from kinject.evidence.comparison import compare_runs, default_metric
 from kinject.experiments.grid_file import Cell, Grid
 from kinject.experiments.grid_state import CellState, counts
 from kinject.evidence.render import Block, Heading, Para, TableBlock, to_html, to_markdown
-from kinject.evidence.runs import Run, RunSet
+from kinject.evidence.runs import Run, RunSet, smoke_reasons
 
 
 HEADERS = ["system", "strategy", "seeds", "{metric}", "Δ vs {baseline}", "{interval}", "verdict",
-           "dose", "probe AUROC", "wall s / cell", "trainable params"]
+           "verdict's p (Holm)", "verdict (Holm)", "dose", "probe AUROC", "wall s / cell", "trainable params"]
 
 
 def _dose(run_set: RunSet) -> dict | None:
@@ -106,7 +106,7 @@ def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str,
         row = {"system": name, "strategy": entry["name"], "label": entry["strategy"], "values": entry["values"],
                "seeds": sorted(run_set.runs), "folder": str(run_set.path), "value": _value(run_set, split, metric), "baseline": None,
                "wall_seconds": _wall(entry, found), "trainable_parameters": _trainable(run_set),
-               "dose": _dose(run_set), "probe": (run_set.probe() or {}).get("model")}
+               "dose": _dose(run_set), "probe": (run_set.probe() or {}).get("model"), "smoke": smoke_reasons(run_set)}
         if isinstance(row["probe"], dict):
             row["probe"] = sum(row["probe"].values()) / len(row["probe"])
         base = _baseline(grid, done, name)
@@ -129,7 +129,10 @@ def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str,
                            identical=pair.get("identical"), greater_is_better=result["metrics"][0].get(
                                "greater_is_better", True), paired_seeds=pair.get("paired_seeds"),
                            seed_tests=pair.get("seed_tests"), examples=result["examples"],
-                           confidence=result["confidence"], baseline_value=result["metrics"][0]["rows"][0]["value"])
+                           confidence=result["confidence"], baseline_value=result["metrics"][0]["rows"][0]["value"],
+                           p_value=pair.get("p_value"), collapsed=pair.get("collapsed"),
+                           shared_stages=pair.get("shared_stages"),
+                           smoke=row["smoke"] or result["metrics"][0]["rows"][0].get("smoke"))
                 warnings += [w for w in result["warnings"] if w not in warnings]
         elif base == name:
             row["is_baseline"] = True
@@ -147,10 +150,11 @@ def task_board(grid: Grid, task: str, systems: dict[str, dict], found: dict[str,
 
 
 def _cells_text(row: dict, each: bool) -> list[str]:
+    from kinject.evidence.multiplicity import HEADLINE, p_cell
     from kinject.evidence.tables import difference_cell, interval_cell, seeds_cell, shown_verdict
 
     value = "-" if row["value"] is None else f"{row['value']:.4f}"
-    verdict = ""
+    verdict, p, adjusted = "", "", ""
     if row.get("is_baseline"):
         diff, ci = "baseline", ""
         verdict = "not learned" if row.get("not_learned") else ""
@@ -158,12 +162,15 @@ def _cells_text(row: dict, each: bool) -> list[str]:
         diff, ci = difference_cell({**row, "baseline_value": row.get("paired_baseline_value")},
                                    row.get("baseline_value")), interval_cell(row, each)
         verdict = shown_verdict(row)
+        p = p_cell(row)
+        adjusted = HEADLINE if row.get("headline") else shown_verdict(row, "verdict_holm") \
+            if row.get("verdict_holm") else "-"
     else:
         diff, ci = ("not compared", row["error"]) if "error" in row else ("-", "no baseline")
     wall = "-" if row["wall_seconds"] is None else f"{row['wall_seconds']:.1f}"
     params = "n/a" if row["trainable_parameters"] is None else f"{row['trainable_parameters']:,}"
     probe = "-" if row.get("probe") is None else f"{row['probe']:.4f}"
-    return [row["system"], row["strategy"], seeds_cell(row, "difference" in row), value, diff, ci, verdict,
+    return [row["system"], row["strategy"], seeds_cell(row, "difference" in row), value, diff, ci, verdict, p, adjusted,
             dose_text(row.get("dose")), probe, wall, params]
 
 
@@ -185,6 +192,7 @@ def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState]
     metric = metric or grid.file.metric
     boards = [task_board(grid, task, systems, found, split, metric, n_resamples, seed)
               for task, systems in _systems(grid, cells, found).items()]
+    headline = _adjust(grid, boards)
     blocks: list[Block] = [
         Heading(1, f"kinject grid {grid.name}: leaderboard"),
         Para(f"Grid file {grid.path}, output {grid.output}; {counts({c.id: found[c.id] for c in cells})}; "
@@ -193,9 +201,15 @@ def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState]
         Para(f"Each system against {grid.file.baseline or 'no baseline'} (the same varied values where both vary "
              f"them), paired by seed and test example: the difference, its 95% interval over seeds and test units "
              f"({n_resamples} resamples, seed {seed}; over test units only where one seed is paired, and then no "
-             "verdict) and the verdict it gives (gain / loss / no evidence; 'not learned: X' where a system predicts "
-             "one value everywhere or does not beat the constant baseline of the gold labels) are those of `kinject "
+             "verdict) and the verdict it gives (gain / loss / no evidence; 'not learned: X' where the baseline "
+             "predicts one value everywhere or does not beat the best input-free predictor for the metric, which "
+             "voids the comparison; 'k of S seeds collapsed' where an arm's seeds did, counted as harm; "
+             "'conditional on one STAGE' where the paired seeds share one draw of a stage) are those of `kinject "
              "compare BASELINE SYSTEM` on the two folders († 2-4 paired seeds: provisional; docs/evidence.md). "
+             + (f"The headline comparison, declared in the grid file, is {headline[0]}/{headline[1]}: not "
+                "adjusted. " if headline else "No headline comparison is declared (the grid file's `headline`). ")
+             + "Every other comparison's p-value (of its verdict's interval) is Holm-adjusted over all the "
+             "grid's comparisons; verdict (Holm) is what survives the adjustment. "
              "Dose: what the system's knowledge stages consumed (epochs of their rows; distinct "
              "facts, and the share of those available; metrics.json `dose`). Probe AUROC: the knowledge probe of the "
              "system's model (the same facts for every system of a task). Wall s / cell: mean seconds per finished "
@@ -211,9 +225,17 @@ def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState]
                                                           if any("examples" in r for r in board["rows"]) else "")),
                    TableBlock(headers, rows)]
         from kinject.evidence.learned import describe
+        from kinject.evidence.tables import collapse_notes, shared_notes
 
-        blocks += [Para(f"Not learned: {r['system']}: {describe(r['not_learned'])}; a comparison with it says nothing "
-                        "about the method.") for r in board["rows"] if r.get("not_learned")]
+        blocks += [Para(f"Not learned: {r['system']}: {describe(r['not_learned'])}; a baseline that learned nothing "
+                        "voids every comparison with it.") for r in board["rows"]
+                   if r.get("not_learned") and r.get("is_baseline")]
+        compared = [{**r, "run": r["system"]} for r in board["rows"] if "difference" in r]
+        blocks += [Para(note) for note in shared_notes(compared) + collapse_notes(compared)]
+        smoke = {r["smoke"]: None for r in board["rows"] if r.get("smoke")}
+        blocks += [Para(f"{reason[0].upper()}{reason[1:]}: " + ", ".join(r["system"] for r in board["rows"]
+                                                                        if r.get("smoke") == reason) + ".")
+                   for reason in smoke]
         if board["missing"]:
             blocks.append(Para(f"No finished cell: {', '.join(board['missing'])}."))
         blocks += [Para("Warning: " + w) for w in board["warnings"]]
@@ -234,16 +256,25 @@ def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState]
             "boards": boards}
 
 
+def _adjust(grid: Grid, boards: list[dict]) -> tuple[str, str] | None:
+    """Holm over every comparison of the grid but its headline (in place); the headline (task, system) or None."""
+    from kinject.evidence.multiplicity import adjust
+
+    headline = grid.headline()
+    rows = [row for board in boards for row in board["rows"] if "difference" in row]
+    named = [row for board in boards for row in board["rows"]
+             if headline is not None and (board["task"], row["system"]) == headline and "difference" in row]
+    adjust(rows, named[0] if named else None)
+    return headline
+
+
 def _forest(boards: list[dict], path, split: str):
     """The leaderboard's forest plot (every system against its baseline, task by task), as a report image."""
-    from kinject.evidence.forest import ForestRow, forest_plot
+    from kinject.evidence.forest import forest_plot, row_of
     from kinject.evidence.render import Image
 
-    from kinject.evidence.tables import paired_count, shown_verdict
-
-    rows = [ForestRow(f"{board['task']}: {row['system']} ({board['metric']})", row["difference"], row["ci_low"],
-                      row["ci_high"], shown_verdict(row), row.get("ci_low_examples"), row.get("ci_high_examples"),
-                      paired_count(row), row.get("interval", ""))
+    rows = [row_of(f"{board['task']}: {row['system']} ({board['metric']})" + (" (headline)" if row.get("headline")
+                                                                                else ""), row, row.get("smoke"))
             for board in boards for row in board["rows"] if "difference" in row]
     drawn = forest_plot(rows, path, f"Each system minus its baseline on {split}")
     return Image(drawn, "Every system against its baseline: the difference with its 95% intervals",

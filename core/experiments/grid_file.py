@@ -78,6 +78,15 @@ class LocalOptions(_Strict):
     timeout_min: int = Field(7 * 24 * 60, ge=1)
 
 
+class Headline(_Strict):
+    """The grid's one comparison declared before its runs: ``arm`` against ``baseline`` (the grid's baseline, the
+    default), on ``task`` (needed when the grid has several tasks)."""
+
+    arm: str = Field(..., pattern=r"^[\w.+-]+$")
+    baseline: str | None = None
+    task: str | None = None
+
+
 class GridFile(_Strict):
     description: str | None = None
     output: str | None = None  # default runs/<file stem>
@@ -91,6 +100,9 @@ class GridFile(_Strict):
     vary: dict[str, Vary] = Field(default_factory=dict)
     overrides: list[Override] = Field(default_factory=list)
     baseline: str | None = "finetune"
+    #: the grid's one pre-declared comparison (``{baseline: finetune, arm: kimera}``): the leaderboard shows it
+    #: unadjusted and marked, and adjusts every other comparison (Holm)
+    headline: Headline | None = None
     metric: str | None = None
     split: str = "test"
     executor: Literal["debug", "local", "slurm"] = "local"
@@ -180,3 +192,34 @@ class Grid:
     @property
     def name(self) -> str:
         return self.path.stem
+
+    def headline(self) -> tuple[str, str] | None:
+        """The headline comparison as (task label, system), None when the file names none. An arm that is no system
+        of the grid or is the baseline, a baseline that is not the grid's, or an unknown task is one line
+        (SpecError) naming the field."""
+        from kinject.api import SpecError
+
+        named = self.file.headline
+        if named is None:
+            return None
+        where = f"{self.path}: headline"
+        if named.baseline is not None and named.baseline != self.file.baseline:
+            raise SpecError(f"{where}.baseline: {named.baseline!r} is not the grid's baseline "
+                            f"({self.file.baseline!r}); every system is compared with that one")
+        tasks = list(dict.fromkeys(c.task for c in self.cells)) or list(self.file.tasks)
+        task = named.task
+        if task is None:
+            if len(tasks) != 1:
+                raise SpecError(f"{where}.task: the grid has {len(tasks)} tasks ({', '.join(tasks[:8])}); name one")
+            task = tasks[0]
+        elif task not in tasks:
+            raise SpecError(f"{where}.task: {task!r} is no task of the grid ({', '.join(tasks[:8])})")
+        systems = {(c.task, c.system): c.strategy for c in self.cells}
+        if (task, named.arm) not in systems:
+            known = sorted(s for t, s in systems if t == task)
+            raise SpecError(f"{where}.arm: {named.arm!r} is no system of task {task}"
+                            + (f"; its systems: {', '.join(known[:8])}" + (", ..." if len(known) > 8 else "")
+                               if known else ""))
+        if systems[(task, named.arm)] == self.file.baseline or named.arm == self.file.baseline:
+            raise SpecError(f"{where}.arm: {named.arm!r} is the baseline; name a system compared with it")
+        return task, named.arm

@@ -143,7 +143,8 @@ def model_card(run_dir: Path, repo_id: str, files: dict[str, Path], license: str
     probe = read_json(run_dir / "probe.json") or flat_probe(metrics.get("probe"))  # probe.json has model/base
     data = card_data(info, metrics, repo_id, files, license)
     body = "\n".join(part for part in (
-        summary(info, repo_id), setup_section(info), learned_section(run_dir), results_section(metrics),
+        summary(info, repo_id), setup_section(info), smoke_section(info), learned_section(run_dir),
+        results_section(metrics),
         comparison_section(metrics),
         probe_section(probe), usage_section(repo_id, files, own_loader(info)), files_section(files),
         reproduce_section(info, run_dir)) if part)
@@ -265,9 +266,19 @@ def results_section(metrics: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def smoke_section(info: dict) -> str:
+    """A warning when the run is a smoke run (the tiny model, ``--limit``, a few steps): its figures are not
+    comparable with anyone's (kinject's evidence library's check, as every report and figure shows it)."""
+    from kinject.evidence import smoke_of
+
+    found = smoke_of(info)
+    return f"> **{md(found[0].upper() + found[1:])}.** Its scores below test the machinery, not the method.\n" \
+        if found else ""
+
+
 def learned_section(run_dir: Path) -> str:
     """A warning when the model learned nothing on test (kinject's evidence library's check: a constant predictor,
-    or a score that does not beat the constant baseline of the gold labels)."""
+    or a score that does not beat the best input-free predictor for the metric)."""
     from kinject.evidence import run_not_learned
 
     flag = run_not_learned(run_dir)

@@ -97,7 +97,7 @@ def test_a_third_party_metric_with_statistics_takes_the_fast_path_with_the_slow_
     monkeypatch.setattr(cls, "compute", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
     fast = pair(metric, baseline, [other], n_resamples=400, seed=7)
     assert calls == []  # the fast path sums statistics: compute is never called
-    monkeypatch.setattr(comparison, "scorer_for", lambda metric, sets: EvaluatorScorer(metric, _built(metric), sets))
+    monkeypatch.setattr(comparison, "scorer_for", lambda metric, sets, **_: EvaluatorScorer(metric, _built(metric), sets))
     slow = pair(metric, baseline, [other], n_resamples=400, seed=7)
     assert len(calls) >= 400 * 3  # a compute per resample and seed
     assert fast == slow  # bit for bit: the same replicates, the same intervals

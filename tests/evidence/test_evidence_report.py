@@ -30,7 +30,7 @@ def _png(path):
 
 @pytest.fixture
 def runs(tmp_path):
-    for name, correct in (("base", 20), ("better", 30)):
+    for name, correct in (("base", 31), ("better", 38)):  # the baseline beats the constant by its margin
         for seed in (1, 2):
             records = classification_records(40, correct + seed)
             make_run(tmp_path / name / f"seed-{seed}", records, seed=seed,
@@ -56,9 +56,10 @@ def test_report_has_every_section_in_markdown_and_html(runs, tmp_path, capsys):
         assert heading in md and f"<h2>{heading[3:]}" in html, heading
     # comparisons: the textcls pair, with the baseline first; the run without predictions named
     assert ("| run | seeds | accuracy | Δ vs baseline | 95% CI (seeds (t) × examples) | verdict | 95% CI (examples "
-            "only: these models) | t-test p | Wilcoxon p |") in md
-    assert re.search(r"\| better \| 2 † \| 0.7875 \| \+0.2500 \| \[\+0\.\d+, \+0\.\d+\] \| gain \| "
-                     r"\[\+0\.\d+, \+0\.\d+\] \| - \| 0.5 \|", md)  # equal per-seed differences: no t-test; Wilcoxon 2/2**2
+            "only: these models) | t-test p | Wilcoxon p | verdict's p (Holm) | verdict (Holm) |") in md
+    assert re.search(r"\| better \| 2 † \| 0.9875 \| \+0.1750 \| \[\+0\.\d+, \+0\.\d+\] \| gain \| "
+                     r"\[\+0\.\d+, \+0\.\d+\] \| [^|]+ \| 0.5 \| (0.0\d+) \(Holm \1\) \| gain \|",
+                     md)  # Wilcoxon 2/2**2; one comparison: Holm's p is the raw one
     assert "† 2-4 paired seeds" in md and "not learned" not in md
     assert "Without test predictions (not compared): nopreds." in md  # named below the folder the runs share
     # the papers' figures beside ours (KIMERA Table 1, MedQuAD R@1; ours x 100)
@@ -118,10 +119,10 @@ def test_results_page_blocks_are_generated_from_the_runs(runs, tmp_path):
     assert "| base | 2 |" in text and "baseline" in text
     better = next(line for line in text.splitlines() if line.startswith("| better |"))
     cells = [c.strip() for c in better.strip("|").split("|")]
-    assert cells[2].startswith("0.78") and "±" in cells[2]  # (31 + 32) / 2 / 40 = 0.7875
-    assert cells[3] == "0.775, 0.800" and cells[4].startswith("+0.25")  # per seed; 0.7875 - 0.5375
+    assert cells[2].startswith("0.98") and "±" in cells[2]  # (39 + 40) / 2 / 40 = 0.9875
+    assert cells[3] == "0.975, 1.000" and cells[4].startswith("+0.175")  # per seed; 0.9875 - 0.8125
     low, high = (float(x) for x in cells[5].strip("[]").split(","))
-    assert 0 < low < 0.25 < high
+    assert 0 < low < 0.175 < high
 
     page = tmp_path / "results.md"
     page.write_text("intro prose\n<!-- generated:demo -->\nstale numbers\n<!-- /generated:demo -->\nmore prose\n"

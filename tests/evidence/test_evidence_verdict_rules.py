@@ -39,15 +39,17 @@ def test_below_the_majority_baseline_is_not_learned_and_identical_constant_runs_
     make_run(tmp_path / "a", _constant())
     make_run(tmp_path / "b", _constant())
     row = _json(capsys, tmp_path / "a", tmp_path / "b")["metrics"][0]["rows"][1]
-    assert row["identical"] and row["verdict"] == "not learned: a, b"
+    assert row["identical"] and row["verdict"] == "not learned: a"  # the baseline voids it; b is its own outcome
     make_run(tmp_path / "c", classification_records(40, 18))  # varies, but 0.45 < 0.5 (always 'bio')
     row = _json(capsys, tmp_path / "c", tmp_path / "c")["metrics"][0]["rows"][1]
     flag = row["not_learned"]
     assert not flag["constant"] and flag["score"] == 0.45 and flag["baseline"] == 0.5
-    assert "does not beat the constant baseline" in flag["reason"] and "majority class" in flag["reason"]
+    assert "does not beat the best input-free predictor" in flag["reason"]
+    assert "the constant prediction" in flag["reason"] and flag["margin"][0] < 0
 
 
 def test_report_and_forest_rows_name_the_constant_predictor(tmp_path):
+    """A constant arm is an outcome of its method (collapsed), a constant baseline voids the comparison."""
     from kinject.evidence.forest import rows_of
 
     make_run(tmp_path / "runs" / "base", classification_records(40, 30))
@@ -55,9 +57,13 @@ def test_report_and_forest_rows_name_the_constant_predictor(tmp_path):
     assert kinject("report", str(tmp_path / "runs" / "base"), str(tmp_path / "runs" / "flat"), "-o",
                    str(tmp_path / "report")) == 0
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "| not learned: flat |" in md and "not learned: flat: constant predictor" in md
+    assert "| 1 seed: no verdict; collapsed |" in md and "collapsed: flat: constant predictor" in md
     result = json.loads((tmp_path / "report" / "comparisons.json").read_text())[0]
-    assert [r.verdict for r in rows_of(result)] == ["not learned: flat"]
+    assert [r.verdict for r in rows_of(result)] == ["1 seed: no verdict; collapsed"]
+    assert kinject("report", str(tmp_path / "runs" / "flat"), str(tmp_path / "runs" / "base"), "-o",
+                   str(tmp_path / "void")) == 0
+    md = (tmp_path / "void" / "report.md").read_text()
+    assert "| not learned: flat |" in md and "not learned: flat: constant predictor" in md
 
 
 def test_the_leaderboard_names_the_constant_predictor(tmp_path):
@@ -73,7 +79,7 @@ def test_the_leaderboard_names_the_constant_predictor(tmp_path):
     board = task_board(grid, "textcls", systems, {}, "test", None, 200, 0)
     headers, rows = board_table(board, "finetune")
     row = next(r for r in rows if r[0] == "kimera")
-    assert row[6] == "not learned: kimera" and headers[5] == "95% CI (examples only)"
+    assert row[6] == "1 seed: no verdict; collapsed" and headers[5] == "95% CI (examples only)"
     assert row[2] == "1"  # one seed: no † (no verdict to call provisional)
 
 
@@ -87,7 +93,7 @@ def test_the_model_card_warns_when_the_model_learned_nothing(tmp_path):
 
 
 def test_one_seed_never_gives_gain_or_loss(tmp_path, capsys):
-    make_run(tmp_path / "base", classification_records(40, 22))
+    make_run(tmp_path / "base", classification_records(40, 32))
     make_run(tmp_path / "arm", classification_records(40, 39))
     row = _json(capsys, tmp_path / "base", tmp_path / "arm")["metrics"][0]["rows"][1]
     assert row["ci_low"] > 0 and row["verdict"] == "1 seed: no verdict" and row["interval"] == "examples only"
@@ -113,7 +119,7 @@ def test_unequal_seeds_value_columns_use_the_paired_seeds(tmp_path, capsys):
 
 
 def test_two_single_runs_of_different_seeds_are_shown_unpaired(tmp_path, capsys):
-    make_run(tmp_path / "base", classification_records(40, 22), seed=42)
+    make_run(tmp_path / "base", classification_records(40, 32), seed=42)
     make_run(tmp_path / "arm", classification_records(40, 39), seed=43)
     row = _json(capsys, tmp_path / "base", tmp_path / "arm")["metrics"][0]["rows"][1]
     assert row["unpaired"] == {"baseline_seed": 42, "seed": 43} and row["verdict"] == "1 seed: no verdict"
@@ -178,8 +184,8 @@ def test_learned_check_for_regression_and_sequence_labelling():
     good = [{"id": str(i), "gold": g, "pred": g + 0.01 * (i % 3)} for i, g in enumerate(gold)]
     assert check(good, pearson) is None
     tags = [{"id": str(i), "gold": ["B-X", "O", "O"], "pred": ["O", "O", "O"]} for i in range(5)]
-    found = check(tags, define("entity_f1"))
-    assert found["constant"] and found["baseline"] == 0.0
+    found = check(tags, define("entity_f1"))  # the best constant tags every token B-X: F1 0.5 > all-O's 0
+    assert found["constant"] and found["baseline"] == 0.5 and found["baseline_name"] == "the tag 'B-X' everywhere"
 
 
 def test_coverage_simulation_on_a_tiny_setting():

@@ -59,13 +59,14 @@ class MopConfig(PluginConfig):
         "keep them in the head's part (its classifier then also covers those foreign tails).")
     bidirectional: bool = Field(False, description="Also train head prediction: [CLS] r [SEP] t [SEP] -> h "
                                 "(the reference's --bi_direction).")
-    entity_head: Literal["frozen-random", "names", "linear"] = Field(
-        "frozen-random", description="How the adapter's training head scores a part's entities: frozen-random (the "
-        "reference code's, MoP's objective: dropout and a random linear map from the pooler output that never "
-        "trains, so only the adapter learns), names (kinject's fact-storing head, from [CLS]: cosine to each "
-        "entity's name embedding by the frozen base model, learned projection, scale and per-entity bias) or linear "
-        "(from [CLS]: one free softmax row per entity, trained with the adapter; at our scale it learns only the "
-        "tail prior, see docs/mop.md). Only the adapters carry on to the fusion; the head is discarded.")
+    entity_head: Literal["names", "linear", "frozen-random"] = Field(
+        "names", description="How the adapter's training head scores a part's entities: names (kinject's "
+        "fact-storing head, from [CLS]: cosine to each entity's name embedding by the frozen base model, learned "
+        "projection, scale and per-entity bias), linear (from [CLS]: one free softmax row per entity, trained with the "
+        "adapter, kinject's; at our scale it learns only the tail prior, see docs/mop.md) or frozen-random (MoP's "
+        "objective, the reference code's: dropout and a random linear map from the pooler output that never trains, "
+        "so only the adapter learns; protocol=paper). Only the adapters carry on to the fusion; the head is "
+        "discarded.")
     metis: Literal["kway", "recursive"] = Field(
         "kway", description="How METIS splits the entity graph: kway (METIS_PartGraphKway for every K, as the "
         "reference does) or recursive (recursive bisection, which pymetis picks by itself for K <= 8).")

@@ -62,7 +62,7 @@ def printed(section: dict) -> list[str]:
 
 @pytest.mark.parametrize("section", [
     comparison(),
-    comparison(difference={"mean": 0.03, "std": 0.01}, other={"mean": 0.61, "std": 0.01}),  # --repeats: over seeds
+    comparison(difference={"mean": 0.03, "std": 0.01, "n": 2, "values": [0.02, 0.04]}),  # --repeats: over seeds
 ])
 def test_one_seed_and_over_seeds_print_the_same_shape_naming_both_systems(section):
     lines = printed(section)

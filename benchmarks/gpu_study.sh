@@ -61,7 +61,10 @@ case "${1:-}" in
     shift
     inputs
     for grid in "${GRIDS[@]}"; do
-      "$PYTHON" -m kinject grid run "$ROOT/$grid" --dry-run "$@"
+      extra=()  # DOKTRA_TEACHER: a model for DoKTra's teachers, when part 1's run folders are not there
+      [[ $grid == *doktra* && -n "${DOKTRA_TEACHER:-}" ]] && \
+        extra=(--set "strategy.teacher=$DOKTRA_TEACHER" --set strategy.train_teacher=auto)
+      "$PYTHON" -m kinject grid run "$ROOT/$grid" --dry-run "$@" "${extra[@]}"
     done
     ;;
   --run)

@@ -12,12 +12,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_study.sh"
-TINY = ["--set", "model.name=tiny", "--set", "model.layers=1", "--set", "strategy.teacher=tiny",
-        "--set", "strategy.train_teacher=auto"]  # DoKTra's teachers are part 1's run folders: a tiny one here
+TINY = ["--set", "model.name=tiny", "--set", "model.layers=1"]
 
 
 def study(*args: str, work: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "STUDY_WORK": str(work), "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "STUDY_WORK": str(work), "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1",
+           "DOKTRA_TEACHER": "tiny"}  # DoKTra's teachers are part 1's run folders: a tiny model here
     return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=1200)
 
 

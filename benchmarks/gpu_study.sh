@@ -13,7 +13,7 @@
 # On the device (carry .whl; KINJECT_DATA_DIR must hold medquad for CAPR):
 #   bash benchmarks/gpu_study.sh --run [--only GLOB ...]
 # Anywhere, to check that every input is written and every grid plans (no training; extra arguments reach every
-# `kinject grid run`, e.g. the tiny model):
+# `kinject grid run`, e.g. the tiny model; DOKTRA_TEACHER=tiny stands in for part 1's teachers):
 #   bash benchmarks/gpu_study.sh --dry-run [--set FIELD=VALUE ...]
 # The grid files and input commands, one a line: bash benchmarks/gpu_study.sh --list
 set -euo pipefail

@@ -671,7 +671,7 @@ def main(argv: list[str] | None = None) -> None:
     import transformers
 
     from kinject.api import load_tokenizer
-    from kinject.api import native_bf16
+    from kinject.defaults import native_bf16
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no GPU")

@@ -3,8 +3,8 @@ first use (so importing the package imports none of them).
 
     __getattr__, __dir__, __all__ = lazy_exports(__name__, {".stages": ("finetune_stage", ...), ...})
 
-A stage's cache key counts a name imported from a front door as an import of its defining module (the front doors
-are listed in :data:`kinject.fingerprint.FRONT_DOORS`).
+A stage's cache key follows a name imported from a front door to its defining module (:mod:`kinject.fingerprint`
+reads the ``_EXPORTS`` table).
 """
 
 from __future__ import annotations

@@ -314,7 +314,7 @@ class Task(Component):
 
     def alternatives(self, env: Environment, spec: Any) -> dict[str, list]:
         """Settings worth choosing by cross-validation when the train split is small (dotted spec field -> the
-        values to try, e.g. ``{"task.encoder": ["cross", "bi"]}``; the training library's decisions,
+        values to try, e.g. ``{"task.encoder": ["cross", "bi"]}``; :func:`kinject.defaults.choose`,
         docs/training.md). Default: none."""
         return {}
 
@@ -361,7 +361,7 @@ class StageConfig(BaseModel):
 
     def cost(self, run: "RunContext") -> float | None:
         """The stage's FLOPs (sized by the prepared ``run``'s model and data; :mod:`kinject.training.cost`),
-        for ``--dry-run``'s estimate (the ``kinject_estimator`` hook); None: not stated (a stage's fixed overhead)."""
+        for ``--dry-run``'s estimate (:mod:`kinject.cli.estimate`); None: not stated (a stage's fixed overhead)."""
 
 
 @dataclass

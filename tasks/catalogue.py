@@ -83,7 +83,3 @@ def split_file(info: DatasetInfo, split: str, data_dir: Path) -> Path:
         raise DataMissingError(f"dataset {info.name!r} not found: looked for {path}{hint}")
     return path
 
-
-def require(info: DatasetInfo, data_dir: Path, splits: tuple[str, ...] | None = None) -> None:
-    for split in splits or tuple(info.splits):
-        split_file(info, split, data_dir)

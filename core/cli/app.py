@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except OSError as exc:  # the disk refused a write outside a stage (a log file, a summary): still one line
-        from kinject.api import FAULTS
+        from kinject.files import FAULTS
 
         if debug or exc.errno not in FAULTS:
             raise

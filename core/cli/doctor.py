@@ -12,8 +12,9 @@ from kinject.cli.printing import safe
 
 def _bf16_line() -> str:
     """Whether training.bf16 (autocast) is on by default here, and the CPU instruction sets behind that."""
-    from kinject.api import BF16_FLAGS, cpu_info
-    from kinject.api import native_bf16
+    from kinject.machine import cpu_info
+    from kinject.machine import BF16_FLAGS
+    from kinject.defaults import native_bf16
 
     try:
         native = native_bf16()
@@ -30,7 +31,8 @@ def doctor():
 
     from rich.table import Table
 
-    from kinject.api import GROUPS, __version__, default_cache_dir, default_data_dir, offline, registry
+    from kinject.api import __version__, default_cache_dir, default_data_dir, offline, registry
+    from kinject.registry import GROUPS
     from kinject.cli.describe import plugin_infos
 
     console = safe(Console())

@@ -25,7 +25,8 @@ def evaluate(model_dir: Path = typer.Argument(..., help="A trained task model di
 
     from kinject.cli.printing import safe
 
-    from kinject.api import KinjectError, build_spec, prepare, run_folder
+    from kinject.api import KinjectError, build_spec, prepare
+    from kinject.outputs import run_folder
     from kinject.spec_reading import apply_overrides
     from kinject.cli.tables import print_metrics
 

@@ -8,7 +8,8 @@ from typing import Optional
 
 import typer
 
-from kinject.api import GROUPS, KinjectError, UnknownNameError, registry
+from kinject.api import KinjectError, UnknownNameError, registry
+from kinject.registry import GROUPS
 from kinject.cli.describe import plugin_info, plugin_infos
 
 KINDS = list(GROUPS)
@@ -99,7 +100,8 @@ def info(name: str = typer.Argument(..., help="Plugin name"),
     from rich.markup import escape
     from rich.table import Table
 
-    from kinject.api import BASE_CLASSES, SINGULAR
+    from kinject.registry import BASE_CLASSES
+    from kinject.registry import SINGULAR
 
     out = pipe_console()  # piped: each field one line
     kinds = [kind] if kind else KINDS

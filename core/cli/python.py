@@ -58,7 +58,7 @@ def run(strategy: str, task: str | None = None, model: str | None = None, *, ove
     protocol and 64 examples per split. Errors are :class:`kinject.errors.KinjectError` (one line, naming the field).
     """
     from kinject.api import build_spec
-    from kinject.api import load_spec_file
+    from kinject.spec_reading import load_spec_file
 
     _check_arguments(overrides, repeats)
 
@@ -91,7 +91,9 @@ def prepared(spec: Any, repeats: int, *, resume: bool, command: list[str],
     """The steps every way of running a spec shares (`kinject run`, :func:`run`): the automatic decisions and one
     prepared run per seed (``repeats`` seeds from the spec's), and the run folder checked - a folder a run may replace -
     before anything runs. Returns (the prepared runs, the run folder)."""
-    from kinject.api import check_output, default_output, prepare_runs
+    from kinject.api import prepare_runs
+    from kinject.outputs import check_output
+    from kinject.outputs import default_output
 
     out = Path(spec.output) if spec.output else default_output(spec)
     runs = prepare_runs(spec, [spec.seed + i for i in range(repeats)], resume=resume, command=command,
@@ -106,7 +108,7 @@ def execute_runs(runs: list, out: Path, announce: Callable[[str], None] | None =
     import logging
 
     from kinject.api import execute, is_main_process
-    from kinject.api import execute_repeats
+    from kinject.engine import execute_repeats
 
     metrics = execute(runs[0], out) if len(runs) == 1 else execute_repeats(runs, out)
     if is_main_process():

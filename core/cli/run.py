@@ -19,7 +19,8 @@ console = safe(Console())  # names and paths print as text, never as control seq
 
 def _spec_from_cli(strategy, task, model, config, sets, output, seed, limit, data_dir, cache_dir):
     from kinject.api import build_spec
-    from kinject.api import apply_overrides, load_spec_file
+    from kinject.api import apply_overrides
+    from kinject.spec_reading import load_spec_file
 
     data = load_spec_file(config) if config else {}
     if strategy:
@@ -85,7 +86,9 @@ def describe_training(run) -> list[str]:
 def _dry_run(run_ctx) -> None:
     import yaml
 
-    from kinject.api import build_spec, plan, prepare, resolved_spec, stage_flops
+    from kinject.api import build_spec, plan, prepare
+    from kinject.stage_runner import stage_flops
+    from kinject.preparation import resolved_spec
     from kinject.cli.estimate import Estimator
     from kinject.cli.misses import explain_miss
 

@@ -142,7 +142,7 @@ def load_grid(path: Path, output: Path | None = None, sets: list[str] | None = N
     """Read and validate a grid file and build its cells; every error is one line (SpecError) naming the file and
     the field, raised before anything is written."""
     from kinject.api import format_validation_error, registry
-    from kinject.api import load_yaml
+    from kinject.spec_reading import load_yaml
 
     path = Path(path)
     _check_file_size(path)

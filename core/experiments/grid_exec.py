@@ -83,7 +83,7 @@ def run_cell(job: dict[str, Any]) -> dict[str, Any]:
     import yaml
     from filelock import Timeout
 
-    from kinject.api import make_lock
+    from kinject.cache import make_lock
     from kinject.evidence.learned import run_not_learned
 
     threads = job.get("threads") if "OMP_NUM_THREADS" not in os.environ else None  # the user's setting wins

@@ -52,7 +52,7 @@ def write_status(cell: Cell, **record: Any) -> None:
 
 def is_locked(cell: Cell) -> bool:
     """Whether a process is running the cell now (it holds the cell's lock; released when it dies)."""
-    from kinject.api import lock_held
+    from kinject.cache import lock_held
 
     return lock_held(cell.lock_file)
 

@@ -192,7 +192,7 @@ def choose_folds(run, folds: int | None, split: str, announce: Callable[[str], N
         if folds:
             raise SpecError(f"--folds: the spec already sets fold={run.spec.fold}; remove one of them")
         return 0
-    from kinject.api import fold_problem
+    from kinject.choice import fold_problem
 
     examples = run.task.examples(run.task.train_split, run.env)
     if folds is None:
@@ -248,7 +248,7 @@ def run_sweep(strategy: str, task: str | None, space_file: Path, trials: int, ou
     name = study_name or f"kinject-{base['strategy']['name']}-{base['task']['name']}"
     from filelock import FileLock
 
-    from kinject.api import check_writable
+    from kinject.files import check_writable
 
     store = open_storage(storage) if storage else None  # a bad URL fails before anything is written
     check_writable(output, "sweep folder")

@@ -96,7 +96,7 @@ def parse_param(path: str, entry: Any, where: str) -> Param:
 
 def load_space(path: Path) -> list[Param]:
     """The search space of a YAML file (SpecError ``file: field: what is wrong``)."""
-    from kinject.api import load_yaml
+    from kinject.spec_reading import load_yaml
 
     data = load_yaml(Path(path))
     if not data:
@@ -132,7 +132,7 @@ def fold_spec(data: dict, index: int, folds: int) -> dict:
     report the best point of a noisy curve (more so for budgets with more evaluations), not what the setting gives.
     No knowledge probe: it does not enter the objective. The same settings as the automatic choice's fold runs
     (:func:`kinject.training.fold_run_settings`)."""
-    from kinject.api import fold_run_settings
+    from kinject.choice import fold_run_settings
 
     for path, value in fold_run_settings(index, folds).items():
         data = set_field(data, path, value)
@@ -168,7 +168,8 @@ def base_spec_data(strategy: str, task: str | None, config: Path | None, sets: l
                    fields: dict[str, Any]) -> dict:
     """The sweep's fixed part: ``--config`` YAML, strategy and task names, ``fields`` (e.g. ``model.name``,
     ``seed``), then ``--set`` overrides. No ``output``: each trial sets its own."""
-    from kinject.api import apply_overrides, load_spec_file
+    from kinject.api import apply_overrides
+    from kinject.spec_reading import load_spec_file
 
     data = load_spec_file(config) if config else {}
     for key, name in (("strategy", strategy), ("task", task)):

@@ -29,7 +29,7 @@ def test_the_engine_applies_limit_to_a_task_that_ignores_it(tmp_path):
 
 def test_a_protocol_is_checked_and_quick_works_without_one(tmp_path):
     from kinject.api import PluginConfig, SpecError, Strategy
-    from kinject.api import check_protocol
+    from kinject.defaults import check_protocol
 
     class Mine(Strategy):
         name = "mine"

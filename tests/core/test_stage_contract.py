@@ -47,7 +47,7 @@ def finished(tmp_path, textcls_dir, tiny_model):
 def test_every_field_a_body_reads_is_in_its_key(finished, tmp_path):
     spec, _ = finished
     # fields each stage body reads: changing one re-runs that stage and what follows
-    from kinject.api import native_bf16
+    from kinject.defaults import native_bf16
 
     for path, value in (("training.learning_rate", 1e-3), ("training.warmup_ratio", 0.0),
                         ("training.bf16", not native_bf16()), ("model.max_length", 32), ("seed", 7)):

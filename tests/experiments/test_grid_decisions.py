@@ -22,7 +22,7 @@ def test_a_grid_cell_and_its_recorded_command_are_the_same_experiment(tmp_path, 
         "output": str(tmp_path / "out"), "model": "tiny", "seeds": [42], "tasks": ["textcls"],
         "strategies": {"finetune": {}},
         "settings": {"task.path": str(data), "training.epochs": 1, "training.batch_size": 8, "model.max_length": 32,
-                     "hooks": {"knowledge-probe": {"enabled": False}, "decisions": {"folds": 2}}}}))
+                     "hooks": {"knowledge-probe": {"enabled": False}}, "defaults": {"folds": 2}}}))
     assert run_kinject("grid", str(grid), "--executor", "debug") == 0
     cell = tmp_path / "out" / "textcls" / "finetune" / "seed-42"
     info = json.loads((cell / "run.json").read_text())

@@ -25,7 +25,7 @@ def test_a_rare_label_scores_dev_instead_of_folds_announced(tmp_path, tiny_model
 
 def test_fold_trials_use_the_choices_fold_settings():
     from kinject.experiments.sweep import fold_spec
-    from kinject.api import fold_run_settings
+    from kinject.choice import fold_run_settings
 
     data = fold_spec({"training": {"selection": "best", "patience": 3}}, 1, 5)
     assert data["fold"] == fold_run_settings(1, 5)["fold"] == "1/5"

@@ -429,7 +429,8 @@ def test_a_damaged_saved_adapter_fails_the_fused_fine_tune(tmp_path, textcls_dir
 
 def test_the_paper_protocol_sets_the_papers_settings_where_the_run_sets_none(tmp_path, textcls_dir, kg_file):
     from kinject.preparation import prepare
-    from kinject.api import apply_protocol, apply_recommended
+    from kinject.defaults import apply_protocol
+    from kinject.defaults import apply_recommended
     from kinject.spec_reading import build_spec
     from kinject.plugins.mop.strategy import MopStrategy
 

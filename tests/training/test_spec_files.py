@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kinject.errors import SpecError
-from kinject.api import apply_overrides, load_yaml
+from kinject.api import apply_overrides
+from kinject.spec_reading import load_yaml
 from kinject.spec_reading import build_spec
 
 

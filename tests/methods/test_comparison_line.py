@@ -3,6 +3,7 @@ under the arm's own name (its strategy's ``label``), printed as one line of one 
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -93,3 +94,4 @@ def test_stilt_quick_ends_with_its_comparison_line(tmp_path, tiny_model, capsys)
                        f"data_dir={tmp_path / 'empty'}", "-o", str(out)) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if LINE.match(line)]
     assert len(lines) == 1 and lines[0].startswith("stilt/hpo-isa vs finetune on test "), lines
+    assert json.loads((out / "run.json").read_text())["arm"] == "stilt/hpo-isa"  # run.json names the arm too

@@ -42,6 +42,16 @@ def test_each_strategy_names_its_arm_by_its_variant(name, settings, expected):
     assert label(name, **settings) == expected
 
 
+def test_a_strategy_without_variants_is_named_by_its_name():
+    from kinject.api import Strategy
+
+    class Plain(Strategy):
+        pass
+
+    Plain.name = "plain"
+    assert Plain.label(None) == "plain"
+
+
 def test_every_registered_strategy_has_a_label():
     from kinject.api import registry
 

@@ -31,13 +31,15 @@ HEADERS = ["method", "task", "arm", "variant", "dose", "seeds", "draws", "Δ vs 
            "cost (wall s / cell)"]
 
 
-def variant(strategy: dict) -> str:
-    """The arm's name as its comparison gives it: the strategy's ``label`` of its settings."""
+def variant(cell_data: dict) -> str:
+    """The arm's name as its comparison gives it: the strategy's ``label`` of a cell's settings (over its
+    protocol's)."""
     from kinject.api import registry
 
-    settings = dict(strategy)
+    settings = dict(cell_data["strategy"])
     cls = registry("strategies").get(settings.pop("name"))
-    return cls.label(cls.Config.model_validate(settings))
+    protocol = cls.protocols.get(cell_data.get("protocol") or "", {}).get("strategy", {})
+    return cls.label(cls.Config.model_validate({**protocol, **settings}))
 
 
 def draws(strategy: str, folders: list[Path]) -> str:
@@ -75,7 +77,7 @@ def grid_rows(path: Path, runs: Path | None) -> list[dict]:
         done = [c for c in system if found[c.id].state == "done"]
         row = {"_key": (cell.task, cell.system), "method": cell.data["strategy"]["name"], "task": cell.task,
                "arm": cell.system + (" (headline)" if HEADLINES.get(name) == (cell.task, cell.system) else ""),
-               "variant": variant(cell.data["strategy"]), "seeds": f"{len(done)} of {len(system)}",
+               "variant": variant(cell.data), "seeds": f"{len(done)} of {len(system)}",
                "draws": draws(cell.data["strategy"]["name"], [c.run_dir for c in done])}
         board = next((r for r in (boards.get(cell.task) or {}).get("rows", []) if r["system"] == cell.system), None)
         if board is None or "difference" not in board:

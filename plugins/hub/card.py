@@ -180,7 +180,8 @@ def _strategy_doc(name: str) -> str:
 
 
 def arm_label(strategy: dict) -> str:
-    """The arm's name for a run's ``spec.strategy`` (name and settings): the strategy's ``label`` of its config
+    """The arm's name for a run's ``spec.strategy`` (name and settings), where run.json has no ``arm`` (an older
+    run): the strategy's ``label`` of its config
     (``kimera``, ``kimera/no-mask``, ``mop/names``), else its name (a strategy without one, not installed here,
     or settings it no longer reads)."""
     name = str(strategy.get("name") or "?")
@@ -199,7 +200,7 @@ def arm_label(strategy: dict) -> str:
 def summary(info: dict, repo_id: str) -> str:
     spec = info.get("spec", {})
     strategy = (spec.get("strategy") or {}).get("name", "?")
-    label = arm_label(spec.get("strategy") or {})
+    label = str(info.get("arm") or arm_label(spec.get("strategy") or {}))
     task = (spec.get("task") or {}).get("name", "?")
     doc = _strategy_doc(strategy).rstrip(".")
     hub = base_model(info)
@@ -254,7 +255,7 @@ def setup_section(info: dict) -> str:
     training = spec.get("training") or {}
     rows = {"base model": model_label(info), "model settings":
             {k: v for k, v in model.items() if k != "name" and v is not None},
-            "strategy": (spec.get("strategy") or {}).get("name"), "arm": arm_label(spec.get("strategy") or {}),
+            "strategy": (spec.get("strategy") or {}).get("name"), "arm": str(info.get("arm") or arm_label(spec.get("strategy") or {})),
             "knowledge": sources_text(info),
             "task": name, "task options": _local(task), "data": _local(info.get("data")),
             "seed": info.get("seed", spec.get("seed"))}

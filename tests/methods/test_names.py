@@ -23,11 +23,12 @@ def label(name: str, **settings) -> str:
     ("kimera", {"variant": "no-mask"}, "kimera/no-mask"),
     ("kimera", {"variant": "random"}, "kimera/random"),
     ("kimera", {"mask": "soft"}, "kimera/hard+masksoft"),
-    ("mop", {}, "mop"),
+    ("mop", {"entity_head": "frozen-random"}, "mop"),  # the paper's objective
+    ("mop", {}, "mop/names"),  # kinject's default head: fact-storing names
     ("mop", {"entity_head": "names"}, "mop/names"),
     ("mop", {"entity_head": "linear", "mixture": "gumbel"}, "mop/linear+gumbel"),
-    ("mop", {"partitions": 4, "adapters_used": [1]}, "mop/part-1"),
-    ("mop", {"partitions": 4, "adapters_used": [2, 0]}, "mop/parts-0-2"),
+    ("mop", {"partitions": 4, "adapters_used": [1], "entity_head": "frozen-random"}, "mop/part-1"),
+    ("mop", {"partitions": 4, "adapters_used": [2, 0]}, "mop/names+parts-0-2"),
     ("doktra", {}, "doktra"),
     ("doktra", {"variant": "kd"}, "doktra/kd"),
     ("pretrain", {}, "pretrain"),
@@ -68,7 +69,8 @@ def hidden(cell) -> str | None:
 
     strategy = dict(cell.data["strategy"])
     cls = registry("strategies").get(strategy.pop("name"))
-    name = cls.label(cls.Config.model_validate(strategy))
+    protocol = cls.protocols.get(cell.data.get("protocol") or "", {}).get("strategy", {})
+    name = cls.label(cls.Config.model_validate({**protocol, **strategy}))  # a protocol's settings, under the cell's
     missing = [part for part in name.partition("/")[2].split("+") if part and part not in cell.strategy]
     return f"{cell.strategy!r} runs {name!r} (its name lacks {', '.join(missing)})" if missing else None
 

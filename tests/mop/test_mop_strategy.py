@@ -344,7 +344,7 @@ def test_a_subset_or_one_adapter_plans_only_those_adapters_under_the_full_runs_k
     from kinject.keys import plan
 
     full = {p.stage.name: p for p in plan(prepared(tmp_path, textcls_dir, kg_file))}
-    for used, label in (([2, 0], "mop/parts-0-2"), ([1], "mop/part-1")):
+    for used, label in (([2, 0], "mop/names+parts-0-2"), ([1], "mop/names+part-1")):
         run = prepared(tmp_path, textcls_dir, kg_file, adapters_used=used)
         assert run.strategy.config.adapters_used == sorted(used)
         planned = {p.stage.name: p for p in plan(run)}

@@ -163,7 +163,7 @@ def _write_run_dir(tmp: Path, run: RunContext, resolved: dict, records: list, me
     from kinject.machine import environment
 
     note = type(run.task).recommended_note if run.task is not None else ""
-    info = {"spec": resolved, "command": run.command, "recommended": {"applied": run.recommended, "how": note},
+    info = {"spec": resolved, "arm": type(run.strategy).label(run.strategy.config), "command": run.command, "recommended": {"applied": run.recommended, "how": note},
             "protocol": {"name": run.spec.protocol, "applied": run.protocol},
             "defaults": run.defaults, "chosen": run.chosen, "decided_by": run.decided_by,
             "knowledge": knowledge_record(run), "stages": records, "wall_seconds": state.get("wall_seconds"),

@@ -437,6 +437,12 @@ class Strategy(Component):
                 raise SpecError(f"sources.{i}: strategy {self.name!r} does not use a {source.kind} source "
                                 f"({source.name!r}): {wanted}; remove it from sources")
 
+    @classmethod
+    def label(cls, config: Any) -> str:
+        """The arm's name for ``config`` in comparisons, leaderboards, run.json and the card: the strategy's name,
+        and a method with variants says which ran (``kimera/no-mask``). The default is the name."""
+        return cls.name
+
     def stages(self, run: "RunContext") -> list[Stage]:
         """The stages of a run, in order (the training library, :mod:`kinject.training`, builds the shared
         ones). What ``validate`` resolved is in ``run.resolved``."""

@@ -122,16 +122,16 @@ def figure(rows: list[dict], path: Path, baseline: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curve = sorted((r for r in rows if re.fullmatch(r"kimera-isa-ep[0-9.]+", r["arm"])),
+    curve = sorted((r for r in rows if re.fullmatch(r"kimera-no-mask-isa-ep[0-9.]+", r["arm"])),
                    key=lambda r: r["dose"].get("epochs", 0))
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     if curve:
         x = [r["dose"]["epochs"] for r in curve]
         left.errorbar(x, [r["difference"] for r in curve],
                       yerr=[[r["difference"] - r["ci_low"] for r in curve], [r["ci_high"] - r["difference"] for r in curve]],
-                      marker="o", capsize=4, label="KIMERA on the is-a graph")
-        right.plot(x, [r["kg_heldout_accuracy"] for r in curve], marker="o", label="KIMERA heads, held-out triples")
-    for r, marker in ((r, m) for r in rows for prefix, m in (("kimera-isa-shuffled", "x"), ("kimera-isa-heldout", "s"),
+                      marker="o", capsize=4, label="KIMERA no-mask on the is-a graph")
+        right.plot(x, [r["kg_heldout_accuracy"] for r in curve], marker="o", label="KIMERA no-mask heads, held-out triples")
+    for r, marker in ((r, m) for r in rows for prefix, m in (("kimera-no-mask-isa-shuffled", "x"), ("kimera-no-mask-isa-heldout", "s"),
                                                              ("mop", "^"), ("pretrain", "v"), ("context", "*"))
                       if r["arm"].startswith(prefix) and r["arm"] != baseline):
         epochs = r["dose"].get("epochs") or 1.0

@@ -62,7 +62,8 @@ TASKS = {
 }
 # 1 epoch per part at lr 1e-3: on a K=20 HPO part (7,885 training triples, 1,860 classes) the reference's 1e-4
 # stays near chance after an epoch (loss 7.37 vs ln 1860 = 7.53; held-out acc@10 0.081), 1e-3 learns (6.16; 0.158)
-# (these runs predate the name-scoring entity head: they trained the linear head, the reference's)
+# (these runs predate the name-scoring entity head: they trained kinject's trainable linear head, not the
+# reference's frozen random one, `entity_head=frozen-random`)
 KNOWLEDGE = ["--set", "strategy.adapter_epochs=1", "--set", "strategy.adapter_batch_size=64",
              "--set", "strategy.adapter_learning_rate=1e-3", "--set", "strategy.entity_head=linear"]
 # name-scoring adapters (the default head) on the HPO is-a hierarchy, 3 epochs: the adapters that learn facts

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
+
 from kinject.evidence import format_value
 from kinject.knowledge.dose import dose_line
 
@@ -62,13 +64,15 @@ def show_comparison(console, section: dict) -> None:
     """The ``comparison`` section: the two systems' metric, their difference and its paired bootstrap interval, the
     verdict when nothing was learned; over seeds, the difference's mean ± std."""
     c = section
+    names = f"[bold]{escape(str(c.get('other_name', '?')))} vs {escape(str(c.get('baseline_name', '?')))}[/] on " \
+            f"{escape(str(c.get('split', '?')))} {escape(str(c.get('metric', '?')))}"
     if isinstance(c["difference"], dict):  # --repeats: over seeds
-        console.print(f"comparison (paired, per seed): difference {format_value(c['difference'])}", soft_wrap=True)
+        console.print(f"{names}: difference {format_value(c['difference'])} (paired, per seed)", soft_wrap=True)
         return
     verdict = str(c.get("verdict") or "")
     note = f" ({verdict})" if verdict.startswith("not learned") or not c.get("identical") and verdict else \
         " (identical predictions)" if c.get("identical") else ""
-    console.print(f"[bold]{c['other_name']} vs {c['baseline_name']}[/] on {c['split']} {c['metric']}: "
+    console.print(f"{names}: "
                   f"{c['other']:.4f} vs {c['baseline']:.4f}, difference {c['difference']:+.4f} "
                   f"({c['confidence']:.0%} paired bootstrap CI {c['ci_low']:+.4f} .. {c['ci_high']:+.4f}, "
                   f"n={c['n']} examples; one seed: these models){note}", soft_wrap=True)

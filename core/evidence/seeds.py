@@ -34,4 +34,22 @@ def summarize_seeds(per_seed: dict[int, dict]) -> dict[str, Any]:
             return seed_stats([float(v) for v in values])
         return None
 
-    return (walk(list(per_seed.values())) or {}) if per_seed else {}
+    summary = (walk(list(per_seed.values())) or {}) if per_seed else {}
+    named = _comparison_names(list(per_seed.values()))
+    if named and isinstance(summary.get("comparison"), dict):
+        summary["comparison"].update(named)
+    return summary
+
+
+COMPARISON_NAMES = ("other_name", "baseline_name", "split", "metric")  # what a comparison line names
+
+
+def _comparison_names(values: list[Any]) -> dict[str, str]:
+    """The names of the paired comparison every seed made (its two systems, split and metric), when every seed
+    names the same: the summary's comparison line says what was compared, as one seed's does."""
+    sections = [v.get("comparison") for v in values if isinstance(v, dict)]
+    if not sections or len(sections) < len(values) or not all(isinstance(c, dict) for c in sections):
+        return {}
+    found = {key: sections[0].get(key) for key in COMPARISON_NAMES}
+    same = all(isinstance(value, str) and all(c.get(key) == value for c in sections) for key, value in found.items())
+    return found if same else {}

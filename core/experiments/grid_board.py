@@ -183,6 +183,13 @@ def board_table(board: dict[str, Any], baseline: str | None, confidence: float =
     return headers, [_cells_text(row, each) for row in board["rows"]]
 
 
+def task_boards(grid: Grid, cells: list[Cell], found: dict[str, CellState], split: str, metric: str | None,
+                n_resamples: int = 2000, seed: int = 0) -> list[dict[str, Any]]:
+    """Every task's :func:`task_board` (the leaderboard's rows, before any file is written)."""
+    return [task_board(grid, task, systems, found, split, metric, n_resamples, seed)
+            for task, systems in _systems(grid, cells, found).items()]
+
+
 def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState], split: str | None = None,
                       metric: str | None = None, n_resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Write ``leaderboard.md``, ``leaderboard.html`` and ``leaderboard.json`` into the grid's output folder."""
@@ -190,8 +197,7 @@ def build_leaderboard(grid: Grid, cells: list[Cell], found: dict[str, CellState]
 
     split = split or grid.file.split
     metric = metric or grid.file.metric
-    boards = [task_board(grid, task, systems, found, split, metric, n_resamples, seed)
-              for task, systems in _systems(grid, cells, found).items()]
+    boards = task_boards(grid, cells, found, split, metric, n_resamples, seed)
     headline = _adjust(grid, boards)
     blocks: list[Block] = [
         Heading(1, f"kinject grid {grid.name}: leaderboard"),

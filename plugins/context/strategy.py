@@ -122,6 +122,14 @@ class ContextStrategy(Strategy):
     task_kinds: ClassVar[frozenset[str]] = frozenset({"sequence"})  # added text would shift a token task's tags
     protocols: ClassVar[dict] = {"quick": {"training": {"max_steps": 30}}}  # kinject run --quick
 
+    @staticmethod
+    def label(config: ContextConfig) -> str:
+        """The arm's name in comparisons, leaderboards and the card: ``context`` (facts as text beside the input),
+        else ``context/`` and what differs (``context/lookup``: the graph's answers, the ceiling;
+        ``context/definitions``)."""
+        differs = [part for part, default in ((config.form, "text"), (config.give, "facts")) if part != default]
+        return "context/" + "+".join(differs) if differs else "context"
+
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage (:func:`resolve`): the graph the inputs are linked to."""
         super().validate(run)
@@ -140,5 +148,5 @@ class ContextStrategy(Strategy):
                 stages = [finetune_stage(run), evaluate_stage(run, "finetune", export=False), *stages]
         if self.config.baseline:
             stages.append(compare_stage(run, baseline="evaluate", other=other, name="context-compare",
-                                        labels=("finetune", f"context-{self.config.form}")))
+                                        labels=("finetune", self.label(self.config))))
         return stages

@@ -296,6 +296,13 @@ class DoktraStrategy(Strategy):
         "quick": {"strategy": {"teacher_training": {"max_steps": 20}, "distill_training": {"max_steps": 20}},
                   "training": {"max_steps": 20}}}  # kinject run --quick
 
+    @staticmethod
+    def label(config: DoktraConfig) -> str:
+        """The arm's name in comparisons, leaderboards and the card: ``doktra``, else ``doktra/<variant>``; the
+        baseline it is compared with is ``finetune``, the student fine-tuned alone (the finetune strategy's
+        stages)."""
+        return "doktra" if config.variant == "doktra" else f"doktra/{config.variant}"
+
     def validate(self, run) -> Resolved:
         """Check the task, the teacher, the L_AT split and the switch step before any stage (:func:`resolve`);
         returns the teacher (None: the variant reads none and none is given), which :meth:`stages` reads as
@@ -318,5 +325,5 @@ class DoktraStrategy(Strategy):
         final = stages[-1].name
         stages += [evaluate_stage(run, final, name=FINAL), report_stage(run, cfg, final, teacher is not None),
                    compare_stage(run, baseline=STUDENT_EVALUATE, other=FINAL, name="doktra-compare",
-                                 labels=("student-ft", cfg.variant))]
+                                 labels=("finetune", self.label(cfg)))]
         return stages

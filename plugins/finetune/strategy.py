@@ -22,5 +22,10 @@ class FinetuneStrategy(Strategy):
 
     Config: ClassVar = FinetuneStrategyConfig
 
+    @staticmethod
+    def label(config: FinetuneStrategyConfig) -> str:
+        """The baseline's name in every comparison."""
+        return "finetune"
+
     def stages(self, run) -> list[Stage]:
         return [finetune_stage(run), evaluate_stage(run, "finetune")]

@@ -180,16 +180,36 @@ def _strategy_doc(name: str) -> str:
         return ""
 
 
+def arm_label(strategy: dict) -> str:
+    """The arm's name for a run's ``spec.strategy`` (name and settings), where run.json has no ``arm`` (an older
+    run): the strategy's ``label`` of its config
+    (``kimera``, ``kimera/no-mask``, ``mop/names``), else its name (a strategy without one, not installed here,
+    or settings it no longer reads)."""
+    name = str(strategy.get("name") or "?")
+    try:
+        from kinject.api import registry
+
+        cls = registry("strategies").get(name)
+        label = getattr(cls, "label", None)
+        if label is None:
+            return name
+        return str(label(cls.Config.model_validate({k: v for k, v in strategy.items() if k != "name"})))
+    except Exception:  # not installed here, or a config this version does not read: the name still says which
+        return name
+
+
 def summary(info: dict, repo_id: str) -> str:
     spec = info.get("spec", {})
     strategy = (spec.get("strategy") or {}).get("name", "?")
+    label = str(info.get("arm") or arm_label(spec.get("strategy") or {}))
     task = (spec.get("task") or {}).get("name", "?")
     doc = _strategy_doc(strategy).rstrip(".")
     hub = base_model(info)
     base = f"[{code(hub)}](https://huggingface.co/{md(hub)})" if hub else code(model_label(info))
     how = f" ({md(doc)})" if doc else ""
-    return (f"# {md(repo_id.split('/')[-1])}\n\n{base} trained with kinject's {code(strategy)} strategy{how} on "
-            f"the {code(task)} task.\n")
+    arm = f" as {code(label)}" if label != strategy else ""
+    return (f"# {md(repo_id.split('/')[-1])}\n\n{base} trained with kinject's {code(strategy)} strategy{how}{arm} "
+            f"on the {code(task)} task.\n")
 
 
 def sources_text(info: dict) -> Prose:
@@ -236,7 +256,8 @@ def setup_section(info: dict) -> str:
     training = spec.get("training") or {}
     rows = {"base model": model_label(info), "model settings":
             {k: v for k, v in model.items() if k != "name" and v is not None},
-            "strategy": (spec.get("strategy") or {}).get("name"), "knowledge": sources_text(info),
+            "strategy": (spec.get("strategy") or {}).get("name"), "arm": str(info.get("arm") or arm_label(spec.get("strategy") or {})),
+            "knowledge": sources_text(info),
             "task": name, "task options": _local(task), "data": _local(info.get("data")),
             "seed": info.get("seed", spec.get("seed"))}
     if training.get("limit"):

@@ -380,15 +380,16 @@ def pruned_stages(run, cfg: KimeraConfig, resolved: Resolved) -> list[Stage]:
 
 # -- the strategy ---------------------------------------------------------------------------------------------- #
 def variant_label(cfg: KimeraConfig) -> str:
-    """How a comparison names the arm: kimera-<variant>, with the mask when a setting overrides the variant's
-    (``--set strategy.mask=soft`` on the default variant is kimera-hard-masksoft, not kimera-hard)."""
+    """How comparisons, leaderboards and the card name the arm: ``kimera`` for KIMERA itself (the hard variant:
+    importance, mask, masked retraining), else ``kimera/<variant>`` (``kimera/no-mask``: the ablation that retrains
+    every head), with each setting that overrides the variant's (``kimera/hard+masksoft``)."""
     default = VARIANTS.get(cfg.variant, ("none", False, False))
     mask, forward, scratch = cfg.settings()
-    parts = [f"kimera-{cfg.variant}"]
+    parts = [cfg.variant]
     parts += [f"mask{mask}"] if cfg.mask is not None and mask != default[0] else []
     parts += [f"forward{str(forward).lower()}"] if cfg.forward_mask is not None and forward != default[1] else []
     parts += ["scratch"] if cfg.from_scratch is not None and scratch != default[2] else []
-    return "-".join(parts)
+    return "kimera" if parts == ["hard"] else "kimera/" + "+".join(parts)
 
 
 class KimeraStrategy(Strategy):
@@ -402,6 +403,11 @@ class KimeraStrategy(Strategy):
                                  "quick": {"strategy": {"kg_max_triples": 2000, "kg_steps": 20, "score_examples": 64,
                                                         "max_rounds": 2},
                                            "training": {"max_steps": 30}}}  # kinject run --quick
+
+    @staticmethod
+    def label(config: KimeraConfig) -> str:
+        """The arm's name (:func:`variant_label`)."""
+        return variant_label(config)
 
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage; returns the KG retraining reads (the run's source, else

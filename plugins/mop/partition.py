@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Literal
 
 import numpy as np
 import torch
@@ -33,6 +34,7 @@ class PartitionConfig(StageConfig):
     seed: int
     shuffle: float
     cross_part: str
+    metis: Literal["kway", "recursive"] = "kway"  # METIS's k-way partitioning (the reference's), or recursive bisection
 
 
 def kg_data(kg: KGSettings, model: ModelRef, ctx: StageContext):
@@ -66,13 +68,13 @@ def partition_body(cfg: PartitionConfig, ctx: StageContext) -> None:
     data = kg_data(cfg.kg, cfg.model, ctx)
     head, relation, tail = kg_columns(data)
     graph = EntityGraph(data.entities, data.relations, head, relation, tail)
-    parts = metis_parts(graph, cfg.partitions, cfg.seed)
+    parts = metis_parts(graph, cfg.partitions, cfg.seed, recursive=cfg.metis == "recursive")
     if cfg.shuffle > 0:
         parts = shuffle_parts(parts, cfg.shuffle, cfg.seed)
     report = partition_report(graph, parts, cfg.partitions, cfg.seed)
     triple_part = assign_triples(parts, head, tail, cfg.cross_part)
     assigned = np.bincount(triple_part[triple_part >= 0], minlength=cfg.partitions)
-    report.update(shuffle=cfg.shuffle, seed=cfg.seed, cross_part=cfg.cross_part,
+    report.update(metis=cfg.metis, shuffle=cfg.shuffle, seed=cfg.seed, cross_part=cfg.cross_part,
                   triples_dropped=int((triple_part < 0).sum()), triples_assigned_per_part=assigned.tolist(),
                   kg=data.stats, kg_data=data.path.name)
     empty = np.flatnonzero(assigned == 0).tolist()

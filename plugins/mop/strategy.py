@@ -60,12 +60,16 @@ class MopConfig(PluginConfig):
     bidirectional: bool = Field(False, description="Also train head prediction: [CLS] r [SEP] t [SEP] -> h "
                                 "(the reference's --bi_direction).")
     entity_head: Literal["names", "linear", "frozen-random"] = Field(
-        "names", description="How the adapter's training head scores a part's entities: names (from [CLS]: cosine "
-        "to each entity's name embedding by the frozen base model, learned projection, scale and per-entity bias), "
-        "linear (from [CLS]: one free softmax row per entity, trained with the adapter; at our scale it learns only "
-        "the tail prior, see docs/mop.md) or frozen-random (the reference code's: dropout and a random linear map "
-        "from the pooler output that never trains, so only the adapter learns). Only the adapters carry on to the "
-        "fusion; the head is discarded.")
+        "names", description="How the adapter's training head scores a part's entities: names (kinject's "
+        "fact-storing head, from [CLS]: cosine to each entity's name embedding by the frozen base model, learned "
+        "projection, scale and per-entity bias), linear (from [CLS]: one free softmax row per entity, trained with the "
+        "adapter, kinject's; at our scale it learns only the tail prior, see docs/mop.md) or frozen-random (MoP's "
+        "objective, the reference code's: dropout and a random linear map from the pooler output that never trains, "
+        "so only the adapter learns; protocol=paper). Only the adapters carry on to the fusion; the head is "
+        "discarded.")
+    metis: Literal["kway", "recursive"] = Field(
+        "kway", description="How METIS splits the entity graph: kway (METIS_PartGraphKway for every K, as the "
+        "reference does) or recursive (recursive bisection, which pymetis picks by itself for K <= 8).")
     kg_seed: int = Field(1, description="Seed of the knowledge side: METIS, the shuffle, held-out triples and "
                          "adapter training (reference: METIS seed 1). Independent of the run seed, so every task "
                          "and seed reuses the same cached adapters.")
@@ -165,14 +169,16 @@ def used_parts(cfg: MopConfig) -> list[int]:
 
 
 def variant_label(cfg: MopConfig) -> str:
-    """How the comparison names this MoP: mop-<mixture>, for a subset mop-<mixture>-parts-i-j, for one part
-    mop-part-i-alone."""
+    """How comparisons, leaderboards and the card name this MoP: ``mop`` for the paper's (the reference's frozen
+    random entity head, softmax fusion of all K adapters), else ``mop/`` and what differs: the entity head
+    (``mop/names``: fact-storing heads; ``mop/linear``), the mixture, the parts used (``mop/part-1``: one adapter alone,
+    ``mop/parts-0-2``)."""
     parts = used_parts(cfg)
-    if len(parts) == cfg.partitions:
-        return f"mop-{cfg.mixture}"
-    if len(parts) == 1:
-        return f"mop-part-{parts[0]}-alone"
-    return f"mop-{cfg.mixture}-parts-{'-'.join(map(str, parts))}"
+    differs = [cfg.entity_head] if cfg.entity_head != "frozen-random" else []
+    differs += [cfg.mixture] if cfg.mixture != "softmax" else []
+    if len(parts) < cfg.partitions:
+        differs += [f"part-{parts[0]}" if len(parts) == 1 else f"parts-{'-'.join(map(str, parts))}"]
+    return "mop/" + "+".join(differs) if differs else "mop"
 
 
 def check_config(cfg: MopConfig, model_path: str) -> None:
@@ -207,7 +213,7 @@ def knowledge_stages(run, cfg: MopConfig, resolved: Resolved) -> list[Stage]:
     kg = KGSettings(source=resolved.source, max_length=cfg.kg_max_length, max_triples=cfg.kg_max_triples)
     partition = Stage(name=PARTITION, body=partition_body, artifacts=("partition.json",), config=PartitionConfig(
         model=model, kg=kg, partitions=cfg.partitions, seed=cfg.kg_seed, shuffle=cfg.shuffle,
-        cross_part=cfg.cross_part))
+        cross_part=cfg.cross_part, metis=cfg.metis))
     training = adapter_training(run, cfg)
     return [partition, *(Stage(name=f"mop-adapter-{i}", body=adapter_body, inputs=(PARTITION,), libraries=LIBRARIES,
                                spread=True, config=PartAdapterConfig(
@@ -268,12 +274,18 @@ class MopStrategy(Strategy):
     #: Differences: docs/mop.md
     protocols: ClassVar[dict] = {"paper": {
         "strategy": {"partitions": 20, "mixture": "softmax", "finetune": "joint", "entity_head": "frozen-random",
+                     "metis": "kway",
                      "adapter_learning_rate": 1e-4, "adapter_batch_size": 256, "adapter_warmup_ratio": 0.0,
                      "adapter_epochs": 1, "kg_max_length": 64, "fusion_regularization": False},
         "training": {"learning_rate": 1e-5, "head_learning_rate": None, "epochs": 25, "patience": 5,
                      "selection": "best", "batch_size": 16, "warmup_ratio": 0.1}},
         "quick": {"strategy": {"partitions": 4, "kg_max_triples": 2000, "adapter_max_steps": 20},
                   "training": {"max_steps": 30}}}  # kinject run --quick
+
+    @staticmethod
+    def label(config: MopConfig) -> str:
+        """The arm's name (:func:`variant_label`)."""
+        return variant_label(config)
 
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage (:func:`resolve`): the KG and the adapters config."""

@@ -348,11 +348,12 @@ def control_stage(cfg: PretrainConfig) -> Stage:
 
 
 def run_label(cfg: PretrainConfig) -> str:
-    """The pretrained model's name in comparisons: ``pretrain-<init>``, with the MLM's corpus and masking unit
-    when they are not the defaults (``pretrain-continual-general``, ``pretrain-scratch-token``)."""
-    parts = ["pretrain", cfg.init, *([cfg.mlm_corpus] if cfg.mlm_corpus != "domain" else []),
-             *(["token"] if cfg.mask_unit == "token" else [])]
-    return "-".join(parts)
+    """The arm's name in comparisons, leaderboards and the card: ``pretrain`` for continual pretraining on the
+    domain corpus (the strategy's default), else ``pretrain/`` and what differs: the start (``scratch``), the MLM's
+    corpus (``pretrain/general``: the out-of-domain control) and the masking unit (``pretrain/scratch+token``)."""
+    differs = [*(["scratch"] if cfg.init == "scratch" else []),
+               *([cfg.mlm_corpus] if cfg.mlm_corpus != "domain" else []), *(["token"] if cfg.mask_unit == "token" else [])]
+    return "pretrain/" + "+".join(differs) if differs else "pretrain"
 
 
 def task_stages(cfg: PretrainConfig, run) -> list[Stage]:
@@ -366,7 +367,7 @@ def task_stages(cfg: PretrainConfig, run) -> list[Stage]:
             dataclasses.replace(finetune_stage(run, "pretrain-finetune", init_from=MLM), produces_model=False),
             evaluate_stage(run, "pretrain-finetune", name=TASK_EVALUATE),
             compare_stage(run, baseline="evaluate", other=TASK_EVALUATE, name="pretrain-compare",
-                          labels=(run.spec.model.name, run_label(cfg))),
+                          labels=("finetune", run_label(cfg))),
             Stage(name="pretrain-report", body=report_body, inputs=(EVALUATE, TASK_EVALUATE),
                   config=ReportConfig(perplexity_stage=EVALUATE, task_stage=TASK_EVALUATE))]
 
@@ -388,6 +389,11 @@ class PretrainStrategy(Strategy):
                                                         "heldout_max_texts": 64, "vocab_size": 2000,
                                                         "corpus_max_texts": 2000},
                                            "training": {"max_steps": 30}}}  # kinject run --quick
+
+    @staticmethod
+    def label(config: PretrainConfig) -> str:
+        """The arm's name (:func:`run_label`)."""
+        return run_label(config)
 
     def validate(self, run) -> Resolved:
         """Everything that can fail, before any stage (:func:`resolve`): the corpus source, the task to hold

@@ -8,9 +8,10 @@ pooler (token heads, mean pooling) keeps the pooler of the model it started from
 target starts from the same pooler as the no-intermediate baseline. The target's stages are not the shared
 ``finetune`` + ``evaluate``: they start from the intermediate model.
 
-No report stage and no compare stage: a run has no baseline of its own; STILT's evidence is across runs, the
-target x intermediate transfer matrix against the `finetune` baseline runs (``kinject stilt matrix``,
-:mod:`.matrix`). This module holds the config, the checks, the stage builders and the Strategy class; the
+With ``baseline`` (the default) the run also fine-tunes the plain model (the finetune strategy's ``finetune`` +
+``evaluate``, shared cache) and ends with ``stilt-compare``, paired against it like every method; across runs, the
+target x intermediate transfer matrix against the `finetune` baseline runs is ``kinject stilt matrix``
+(:mod:`.matrix`). This module holds the config, the checks, the stage builders and the Strategy class; the
 intermediate stage's config is in :mod:`.pooler`, beside the ``save_model`` it overrides.
 """
 
@@ -55,6 +56,8 @@ class StiltConfig(PluginConfig):
                     "hpo-isa, which needs no data dir).")
     training: TrainingOverrides = Field(default_factory=TrainingOverrides,
                                         description="Training overrides for every intermediate stage.")
+    baseline: bool = Field(True, description="Also fine-tune and evaluate the plain model on the target (the "
+                           "finetune strategy's stages, shared cache) and compare against it, paired.")
 
     @field_validator("intermediate", mode="before")
     @classmethod
@@ -164,6 +167,18 @@ class StiltStrategy(Strategy):
         super().validate(run)
         return resolve(run, self.config)
 
+    @staticmethod
+    def label(config: StiltConfig) -> str:
+        """The arm's name in comparisons, leaderboards and the card: ``stilt/<intermediate>[+<next>...]``."""
+        return "stilt/" + "+".join(spec.name for spec in config.intermediate or ())
+
     def stages(self, run) -> list[Stage]:
+        from kinject.evidence import compare_stage
+
         intermediate = intermediate_stages(run, self.config, run.resolved)
-        return intermediate + target_stages(run, intermediate[-1].name)
+        stages = intermediate + target_stages(run, intermediate[-1].name)
+        if not self.config.baseline:
+            return stages
+        return [finetune_stage(run), evaluate_stage(run, "finetune", export=False), *stages,
+                compare_stage(run, baseline="evaluate", other=EVALUATE, name="stilt-compare",
+                              labels=("finetune", self.label(self.config)))]

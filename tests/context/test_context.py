@@ -51,7 +51,7 @@ def test_context_runs_hands_the_facts_to_the_model_and_records_them_per_example(
     dose = json.loads((out / "metrics.json").read_text())["dose"]
     assert dose["unit"] == "facts in context" and dose["distinct"] > 0
     comparison = json.loads((out / "metrics.json").read_text())["comparison"]
-    assert comparison["other_name"] == "context-text" and comparison["baseline_name"] == "finetune"
+    assert comparison["other_name"] == "context" and comparison["baseline_name"] == "finetune"
 
 
 @pytest.mark.slow

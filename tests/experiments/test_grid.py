@@ -299,8 +299,8 @@ def test_experiment_grid_files_load(tmp_path):
                      "stilt-pubmedqa": 12}
     mop = {c.id: c.data for c in load_grid(folder / "mop.yaml").cells}
     assert "partitions" not in mop["capr/finetune/seed-42"]["strategy"]  # strategy.* reach the MoP cells only
-    assert mop["ncbi-disease/mop-k4-r1/seed-43"]["strategy"]["shuffle"] == 1.0
-    assert mop["capr/mop-k4/seed-44"]["model"]["pooling"] == "cls"
+    assert mop["ncbi-disease/mop-linear-k4-r1/seed-43"]["strategy"]["shuffle"] == 1.0
+    assert mop["capr/mop-linear-k4/seed-44"]["model"]["pooling"] == "cls"
 
 
 @pytest.mark.parametrize("form", ["journal:{}", "{}"])

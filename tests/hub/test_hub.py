@@ -235,6 +235,13 @@ def test_card_metadata_names_hub_base_models_and_datasets_and_shows_the_probe(tm
     assert "| this model | 0.7000 | 0.6000 |" in card.text and "| gain | +0.1000 | +0.0500 |" in card.text
     assert "trained and evaluated on the first 64 examples per split" in card.text
     assert "kinject's embedded Human Phenotype Ontology graph" in card.text  # KIMERA's default source
+    assert "strategy (" in card.text and " as `kimera`" not in card.text  # the hard variant is KIMERA itself
+    info["spec"]["strategy"]["variant"] = "no-mask"  # the ablation: the card says which arm ran
+    (run / "run.json").write_text(json.dumps(info))
+    ablation = ModelCard(str(publish(run, "you/x", dry_run=True).card)).text
+    assert "strategy" in ablation and " as `kimera/no-mask` on the `ncbi-disease` task" in ablation
+    assert [line for line in ablation.splitlines() if line.startswith("| arm |") and "kimera/no-mask" in line]
+    info["spec"]["strategy"]["variant"] = "hard"
     # a Hub id as the model name is the base model; a local folder is not
     info["spec"]["model"]["name"] = info["model_path"] = "dmis-lab/biobert-v1.1"
     (run / "run.json").write_text(json.dumps(info))

@@ -277,7 +277,8 @@ def test_repeats_with_a_fixed_retrain_seed_retrain_once(tmp_path, textcls_dir, t
             "--set", "training.epochs=1", "--set", "model.max_length=32", "--seed", "42", "--repeats", "2",
             "--cache-dir", str(tmp_path / "cache"), "-o", str(tmp_path / "runs")]
     assert run_kinject(*args) == 0
-    assert "comparison (paired, per seed): difference" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "kimera/no-mask vs finetune on test " in out and "(paired, per seed)" in out
     first, second = (json.loads((tmp_path / "runs" / f"seed-{s}" / "run.json").read_text())["stages"] for s in (42, 43))
     first, second = ({s["name"]: s for s in stages} for stages in (first, second))
     assert first["kimera-retrain"]["key"] == second["kimera-retrain"]["key"] and second["kimera-retrain"]["cached"]

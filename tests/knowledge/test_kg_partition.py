@@ -70,6 +70,22 @@ def test_metis_finds_the_bridge_and_report_is_exact(tmp_path):
     assert json.loads((tmp_path / "out" / "report.json").read_text())["edge_cut"] == 1
 
 
+@pytest.mark.parametrize("recursive, expected", [(False, False), (True, True), (None, None)])
+def test_metis_asks_pymetis_for_k_way_or_recursive_bisection_as_told(monkeypatch, recursive, expected):
+    import pymetis
+
+    asked = []
+    real = pymetis.part_graph
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("recursive"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pymetis, "part_graph", spy)
+    parts = metis_parts(two_cliques(), 2, recursive=recursive)
+    assert asked == [expected] and sorted(np.bincount(parts)) == [5, 5]
+
+
 def test_shuffle_moves_entities_and_keeps_sizes():
     parts = np.repeat(np.arange(4), 250)
     moved = shuffle_parts(parts, 0.4, seed=0)

@@ -31,8 +31,8 @@ def test_token_masking_is_keyed_on_the_mlm_stage_only(tmp_path, tiny_model, text
     assert token_stages["pretrain-head"].config.masking.unit == "whole_word"  # one head fit for both units
     assert token_keys["pretrain-head"] == keys["pretrain-head"] and token_keys["pretrain-pack"] == keys["pretrain-pack"]
     assert token_keys["pretrain-mlm"] != keys["pretrain-mlm"]
-    assert token_stages["pretrain-compare"].config.labels[1] == "pretrain-continual-token"
-    assert stages["pretrain-compare"].config.labels[1] == "pretrain-continual"
+    assert token_stages["pretrain-compare"].config.labels[1] == "pretrain/token"
+    assert stages["pretrain-compare"].config.labels[1] == "pretrain"
 
 
 def test_control_plans_share_the_corpus_head_and_held_out_texts(tmp_path, tiny_model):

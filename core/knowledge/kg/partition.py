@@ -105,8 +105,9 @@ def edge_cut(u: np.ndarray, v: np.ndarray, parts: np.ndarray) -> int:
     return int((parts[u] != parts[v]).sum())
 
 
-def metis_parts(graph: EntityGraph, k: int, seed: int = 0) -> np.ndarray:
-    """Balanced k-way METIS partition of the entity graph (pymetis)."""
+def metis_parts(graph: EntityGraph, k: int, seed: int = 0, recursive: bool | None = None) -> np.ndarray:
+    """Balanced METIS partition of the entity graph into k parts (pymetis): ``recursive`` True is recursive
+    bisection, False k-way (METIS_PartGraphKway), None pymetis's own choice (recursive for k <= 8)."""
     import pymetis
 
     if k < 2:
@@ -121,7 +122,8 @@ def metis_parts(graph: EntityGraph, k: int, seed: int = 0) -> np.ndarray:
     started = time.perf_counter()
     logging.getLogger("kinject").info("METIS: partitioning %d entities (%d edges) into %d parts ...",
                                       len(graph.entities), len(adjncy) // 2, k)
-    _, parts = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, adjncy), options=options)
+    _, parts = pymetis.part_graph(k, adjacency=pymetis.CSRAdjacency(xadj, adjncy), options=options,
+                                  recursive=recursive)
     logging.getLogger("kinject").info("METIS: done in %.1f s", time.perf_counter() - started)
     return np.asarray(parts, dtype=np.int32)
 

@@ -20,8 +20,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ("study-hpo-isa", "study-hpo-isa-doktra", "study-capr")  # benchmarks/grids/<name>.yaml, in this order
-#: the comparison each grid declares first (its other comparisons are secondary; docs/evidence.md)
-HEADLINES = {"study-hpo-isa": ("hpo-isa", "kimera"), "study-capr": ("capr-medquad", "kimera")}
 #: the knowledge stage whose key says which draw a seed used (distinct keys over seeds = draws)
 DRAW_STAGES = {"kimera": "kimera-retrain", "mop": "mop-adapter-0", "pretrain": "pretrain-mlm",
                "doktra": "doktra-teacher", "stilt": "stilt-intermediate-1"}
@@ -63,11 +61,11 @@ def grid_rows(path: Path, runs: Path | None) -> list[dict]:
     from kinject.experiments.grid_board import dose_text, task_boards
     from kinject.experiments.grid_state import states
 
-    name = path.stem
     grid = load_grid(path)
     if runs is not None:
         grid = load_grid(path, output=runs / grid.output.name)
     found = states(grid.cells)
+    headline = grid.headline()  # the grid file's declared comparison (docs/evidence.md)
     boards = {b["task"]: b for b in task_boards(grid, grid.cells, found, grid.file.split, grid.file.metric)}
     rows = []
     for cell in grid.cells:
@@ -76,7 +74,7 @@ def grid_rows(path: Path, runs: Path | None) -> list[dict]:
         system = [c for c in grid.cells if (c.task, c.system) == (cell.task, cell.system)]
         done = [c for c in system if found[c.id].state == "done"]
         row = {"_key": (cell.task, cell.system), "method": cell.data["strategy"]["name"], "task": cell.task,
-               "arm": cell.system + (" (headline)" if HEADLINES.get(name) == (cell.task, cell.system) else ""),
+               "arm": cell.system + (" (headline)" if headline == (cell.task, cell.system) else ""),
                "variant": variant(cell.data), "seeds": f"{len(done)} of {len(system)}",
                "draws": draws(cell.data["strategy"]["name"], [c.run_dir for c in done])}
         board = next((r for r in (boards.get(cell.task) or {}).get("rows", []) if r["system"] == cell.system), None)

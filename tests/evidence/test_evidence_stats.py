@@ -1,8 +1,6 @@
-"""kinject.evidence statistics: the paired bootstrap, per-seed tests, and metrics recomputed on resamples."""
+"""kinject.evidence statistics: per-seed tests, and metrics recomputed on resamples."""
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import pytest
@@ -10,61 +8,7 @@ import pytest
 from kinject.evidence.comparison import pair
 from kinject.evidence.metrics import define
 from kinject.evidence.scorers import StatisticsScorer, scorer_for
-from kinject.evidence.stats import paired_bootstrap, seed_tests
-
-
-# -- the bootstrap itself --------------------------------------------------------------------------------- #
-def test_two_examples_by_hand():
-    # a = [0, 1], b = [1, 1]: a resample is (0,0), (0,1), (1,0) or (1,1); b - a is then 1, .5, .5, 0.
-    result = paired_bootstrap([0, 1], [1, 1], n_resamples=4000, seed=1)
-    assert (result.a, result.b, result.difference) == (0.5, 1.0, 0.5)
-    assert (result.low, result.high) == (0.0, 1.0)
-    assert result.standard_error == pytest.approx(np.sqrt(0.125), rel=0.05)  # sd of {1, .5, .5, 0}
-    with pytest.raises(ValueError, match="same number of examples"):
-        paired_bootstrap([0, 1], [1, 1, 1])
-
-
-def test_identical_systems_give_a_zero_width_interval_even_with_bca():
-    x = np.arange(10) % 2
-    result = paired_bootstrap(x, x, method="BCa")
-    assert (result.difference, result.low, result.high) == (0.0, 0.0, 0.0)
-
-
-@pytest.mark.parametrize("method, low, high", [("percentile", 28.86, 84.21), ("BCa", 32.31, 91.43)])
-def test_matches_r_boot_as_in_scipys_own_test(method, low, high):
-    # scipy/stats/tests/test_resampling.py::TestBootstrap::test_bootstrap_against_R (R's boot.ci on the
-    # mean). Paired against a zero baseline, b - a resamples exactly as the one-sample mean does.
-    x = np.array([10, 12, 12.5, 12.5, 13.9, 15, 21, 22, 23, 34, 50, 81, 89, 121, 134, 213])
-    result = paired_bootstrap(np.zeros_like(x), x, n_resamples=1_000_000, seed=0, method=method)
-    assert result.difference == pytest.approx(x.mean())
-    assert result.low == pytest.approx(low, rel=0.005) and result.high == pytest.approx(high, rel=0.005)
-
-
-def _simulate(effect: float, datasets: int = 200, n: int = 150, seed: int = 7):
-    """Per-example correctness of two correlated systems; the true accuracy difference is ``effect``."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for k in range(datasets):
-        u = rng.random(n)  # shared difficulty: pairs the systems as real runs on one test set are
-        a = (u < 0.6).astype(float)
-        b = (u < 0.6 + effect).astype(float)
-        flip = rng.random(n) < 0.15  # system-specific noise
-        b[flip] = (rng.random(flip.sum()) < 0.6 + effect).astype(float)
-        out.append(paired_bootstrap(a, b, n_resamples=400, seed=k))
-    return out
-
-
-def test_known_effect_interval_covers_the_true_difference():
-    results = _simulate(effect=0.1)
-    coverage = np.mean([r.low <= 0.1 <= r.high for r in results])
-    assert 0.88 <= coverage <= 0.99, coverage
-    assert np.mean([r.low > 0 for r in results]) > 0.9  # and the effect is detected
-
-
-def test_null_case_interval_covers_zero_at_the_nominal_rate():
-    results = _simulate(effect=0.0)
-    coverage = np.mean([r.low <= 0 <= r.high for r in results])
-    assert 0.9 <= coverage <= 1.0, coverage
+from kinject.evidence.stats import seed_tests
 
 
 # -- per-seed tests --------------------------------------------------------------------------------------- #
@@ -261,7 +205,8 @@ def test_seed_axis_and_batch_axis_are_independent():
     assert values.shape == (2, 4) and np.allclose(values, values[:, :1])
 
 
-def test_entity_f1_bootstrap_is_fast_on_5000_sentences():
+def test_entity_f1_interval_on_5000_sentences_holds_its_difference():
+    """Recomputed from per-sentence statistics on every resample (its speed: benchmarks, not this test)."""
     rng = np.random.default_rng(0)
     gold = [_tags(rng, int(rng.integers(5, 30))) for _ in range(5000)]
 
@@ -270,7 +215,5 @@ def test_entity_f1_bootstrap_is_fast_on_5000_sentences():
 
     a = {0: [{"id": str(i), "gold": g, "pred": noisy(g)} for i, g in enumerate(gold)]}
     b = {0: [{"id": str(i), "gold": g, "pred": noisy(g)} for i, g in enumerate(gold)]}
-    start = time.perf_counter()
     base, other = pair(define("entity_f1"), a, [b], n_resamples=2000)
-    assert time.perf_counter() - start < 15  # ~1.5 s on an idle core; generous for a shared 2-core machine
     assert other["ci_low"] < other["difference"] < other["ci_high"]

@@ -88,7 +88,7 @@ class RunContext:
         """The settings of hook plugin ``name`` (``hooks.<name>`` of the spec, checked by the hook's ``Config``;
         its defaults when the spec sets none)."""
         if f"hook:{name}" not in self._refs:
-            self._refs[f"hook:{name}"] = _hook_settings(name, self.spec.hooks.get(name, {}))
+            self._refs[f"hook:{name}"] = read_hook_settings(name, self.spec.hooks.get(name, {}))
         return self._refs[f"hook:{name}"]
 
     @property
@@ -102,7 +102,7 @@ class RunContext:
         return plugin_manager().hook
 
 
-def _hook_settings(name: str, options: dict[str, Any]):
+def read_hook_settings(name: str, options: dict[str, Any]):
     """A hook plugin's settings validated by its ``Config`` (a PluginConfig the hook module or object declares)."""
     from kinject.errors import UnknownNameError
     from kinject.spec import PluginRef

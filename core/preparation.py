@@ -100,7 +100,10 @@ def make_environment(spec: RunSpec) -> Environment:
 def _resolve_model(spec: RunSpec, env: Environment) -> str:
     """The model's loadable path (its settings are checked against its config once the spec's other fields are)."""
     from kinject.models import check_offline_model, resolve_model
+    from kinject.registry import registry
 
+    if spec.model.name in registry("models").names():  # a named model may be built with transformers here
+        import_transformers()
     path = resolve_model(spec.model.name, env.cache_dir)
     check_offline_model(spec.model.name, path)
     if spec.model.revision and Path(path).exists():
@@ -134,14 +137,16 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
         from kinject.files import check_writable
 
         check_writable(env.cache_dir, "stage cache")
+    from kinject.context import read_hook_settings
+
+    for name, options in spec.hooks.items():  # every hook's settings checked before a model is built or data read
+        read_hook_settings(name, options)
     model_path = _resolve_model(spec, env)
     run = RunContext(spec=spec, env=env, task=task, strategy=strategy, sources=sources, model_path=model_path,
                      resume=resume, command=command, recommended=settled.get("recommended", {}),
                      protocol=settled.get("protocol", {}), defaults=dict(settled.get("defaults", {})))
     if any(settled.values()):
         run.decided_by["presets"] = defaults.by(defaults.start_settings)
-    for name in spec.hooks:  # every hook's settings checked before any data is read
-        run.hook_settings(name)
     from kinject.models import check_model
 
     # after every typo check (an error in a second, before torch loads); before any thread of this process resolves

@@ -43,7 +43,7 @@ def test_the_script_parses_and_names_the_study_grids_and_inputs(tmp_path):
 
 @pytest.mark.slow
 def test_every_input_is_written_and_every_study_grid_plans(tmp_path, tiny_model, data_dir):
-    done = study("--dry-run", *TINY, work=tmp_path)
+    done = study("--dry-run", *TINY, "--only", "*/seed-46", work=tmp_path)  # one seed of each cell plans
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for name in ("hpo.txt", "isa_shuffled.tsv", "unrelated.tsv"):
         assert (tmp_path / "runs" / "study" / name).stat().st_size > 0, name

@@ -205,7 +205,7 @@ def test_end_to_end_run_writes_comparison_model_and_analysis(tmp_path, textcls_d
     metrics = execute(run, tmp_path / "run")
     out = tmp_path / "run"
     comparison = metrics["comparison"]
-    assert comparison["other_name"] == "mop-moe" and comparison["n"] == 16
+    assert comparison["other_name"] == "mop/names+moe" and comparison["n"] == 16
     assert comparison["difference"] == pytest.approx(comparison["other"] - comparison["baseline"])
     report = json.loads((out / "partition.json").read_text())
     assert report["k"] == 3 and report["edge_cut"] < report["random_edge_cut"]
@@ -467,7 +467,7 @@ def test_one_adapter_alone_runs_end_to_end_without_a_mixture(tmp_path, textcls_d
     run = prepared(tmp_path, textcls_dir, kg_file, adapters_used=[1])
     metrics = execute(run, tmp_path / "run")
     out = tmp_path / "run"
-    assert metrics["comparison"]["other_name"] == "mop-part-1-alone" and set(metrics["test"]) == {"accuracy",
+    assert metrics["comparison"]["other_name"] == "mop/names+part-1" and set(metrics["test"]) == {"accuracy",
                                                                                                    "f1_macro"}
     assert [p["part"] for p in json.loads((out / "partition-adapters.json").read_text())["parts"]] == [1]
     assert not (out / "mixture.json").exists()

@@ -171,7 +171,7 @@ def test_scratch_with_in_domain_vocabulary_and_a_task(tmp_path, tiny_model, text
     metrics = execute(prepare(data), tmp_path / "run")
     out = tmp_path / "run"
     assert {"dev", "test", "heldout", "corpus", "comparison"} <= set(metrics)
-    assert metrics["comparison"]["other_name"] == "pretrain-scratch" and metrics["comparison"]["split"] == "test"
+    assert metrics["comparison"]["other_name"] == "pretrain/scratch" and metrics["comparison"]["split"] == "test"
     assert metrics["corpus"]["held_out_overlap"] == 1  # the run's own test text never reaches the corpus
     assert not metrics["heldout"]["same_vocabulary"]
     tokenizer = AutoTokenizer.from_pretrained(out / "model")

@@ -30,8 +30,9 @@ def write_three_class(folder: Path, n_train: int = 24, n_eval: int = 9) -> Path:
 
 
 def spec_data(target: Path, intermediate: list, cache_dir: Path, tiny_model: str, **strategy) -> dict:
+    """A STILT run's spec; without its own baseline unless ``baseline=True`` (these tests follow the chain)."""
     return {"model": {"name": tiny_model, "max_length": 32}, "task": {"name": "textcls", "path": str(target)},
-            "strategy": {"name": "stilt", "intermediate": intermediate, **strategy},
+            "strategy": {"name": "stilt", "intermediate": intermediate, "baseline": False, **strategy},
             "training": dict(FAST), "seed": 42, "cache_dir": str(cache_dir)}
 
 
@@ -118,10 +119,13 @@ def test_training_overrides_reach_only_the_intermediate_stage(tmp_path, tiny_mod
 
     folder = write_textcls(tmp_path / "e", n_train=4, n_eval=2)
     inter = [{"name": "textcls", "path": str(folder), "training": {"learning_rate": 0.5, "head_learning_rate": 0.25}}]
-    run = preparation.prepare(build_spec(spec_data(folder, inter, cache_dir, tiny_model, training={"epochs": 2})))
+    run = preparation.prepare(build_spec(spec_data(folder, inter, cache_dir, tiny_model, baseline=True,
+                                                   training={"epochs": 2})))
     stages = {p.stage.name: p.stage for p in keys.plan(run)}
-    assert list(stages) == ["stilt-intermediate-1-textcls", "stilt-finetune", "stilt-evaluate", *PROBE_STAGES]
+    assert list(stages) == ["finetune", "evaluate", "stilt-intermediate-1-textcls", "stilt-finetune", "stilt-evaluate",
+                            "stilt-compare", *PROBE_STAGES]
     assert stages["stilt-intermediate-1-textcls"].config.training.learning_rate == 0.5
+    assert stages["finetune"].config.training.learning_rate != 0.5  # the baseline trains at the run's rate
     assert stages["stilt-intermediate-1-textcls"].config.training.head_learning_rate == 0.25  # its own head's rate
     assert stages["stilt-intermediate-1-textcls"].config.training.epochs == 2
     assert stages["stilt-finetune"].config.training.learning_rate == FAST["learning_rate"]

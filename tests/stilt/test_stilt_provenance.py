@@ -27,7 +27,7 @@ def test_stilt_intermediate_from_the_same_graph_is_filtered(caplog):
     assert entry["input"] == "strategy.intermediate.0" and entry["filtered"] and not entry["memorisation"]
     assert entry["saw"] > 20 and entry["held_out"] == 749  # the audit: 32 facts in the 2,000 training pairs alone
     assert any("strategy.intermediate.0" in r.message and "filtered out" in r.message for r in caplog.records)
-    stage = run.stages[0]
+    stage = next(s for s in run.stages if s.name.startswith("stilt-intermediate"))
     assert stage.name == "stilt-intermediate-1-hpo-isa" and stage.config.task.inputs is not None
     facts, env = run.holdout.held_out(), dataclasses.replace(run.env, limit=None)
     raw, filtered = stage.config.task.raw(), stage.config.task.build()
@@ -44,4 +44,4 @@ def test_stilt_intermediate_under_memorisation_is_kept_and_labelled():
     run = _run(exclude=[])
     [entry] = run.inputs
     assert entry["memorisation"] and not entry["filtered"] and entry["saw"] > 20
-    assert run.stages[0].config.task.inputs is None  # nothing held out: nothing filtered
+    assert next(s for s in run.stages if s.name.startswith("stilt-intermediate")).config.task.inputs is None  # nothing held out: nothing filtered

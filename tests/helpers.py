@@ -166,3 +166,21 @@ def refusal_line(capsys, args) -> str:
     errors = [line for line in err if line.startswith("error:")]
     assert len(errors) == 1 and err[-1] == errors[0] and not any("Traceback" in line for line in err), err
     return errors[0]
+
+
+def prepare_stops_in_one_line(textcls_dir: Path, tmp_path: Path, *needles: str) -> None:
+    """``prepare`` of a tiny textcls run raises a one-line PluginLoadError holding ``needles``; no stage folder
+    is made (a broken built-in plugin stops the run before any stage)."""
+    import pytest
+
+    from kinject.errors import PluginLoadError
+    from kinject.preparation import prepare
+    from kinject.spec_reading import build_spec
+
+    spec = build_spec({"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
+                       "cache_dir": str(tmp_path / "cache")})
+    with pytest.raises(PluginLoadError) as caught:
+        prepare(spec)
+    line = str(caught.value)
+    assert "\n" not in line and all(needle in line for needle in needles), line
+    assert not (tmp_path / "cache" / "stages").exists()

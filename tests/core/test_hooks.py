@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from helpers import fake_distribution
+from helpers import fake_distribution, prepare_stops_in_one_line
 
 
 @pytest.fixture
@@ -74,7 +74,6 @@ def test_a_broken_built_in_hook_plugin_stops_prepare_in_one_line(tmp_path, textc
     from importlib.metadata import EntryPoint
 
     import kinject.hooks as hooks
-    from kinject.api import PluginLoadError, build_spec, prepare
     from kinject.registry import registry
 
     plugins = registry("hooks")
@@ -86,13 +85,7 @@ def test_a_broken_built_in_hook_plugin_stops_prepare_in_one_line(tmp_path, textc
     monkeypatch.setattr(plugins, "origin", lambda name: ("x", "kinject", "0.1.0") if name == "knowledge-probe"
                         else type(plugins).origin(plugins, name))
     monkeypatch.setattr(hooks, "_MANAGER", None)
-    spec = build_spec({"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
-                       "cache_dir": str(tmp_path / "cache")})
-    with pytest.raises(PluginLoadError) as caught:
-        prepare(spec)
-    line = str(caught.value)
-    assert "\n" not in line and "'knowledge-probe'" in line and "kinject's own" in line
-    assert not (tmp_path / "cache" / "stages").exists()
+    prepare_stops_in_one_line(textcls_dir, tmp_path, "'knowledge-probe'", "kinject's own")
     monkeypatch.undo()
     plugins.refresh()
     hooks.plugin_manager(reload=True)

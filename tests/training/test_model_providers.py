@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kinject.api import KinjectError, ModelProvider, PluginLoadError, model_fingerprint, registry, resolve_model
+from kinject.api import KinjectError, ModelProvider, model_fingerprint, registry, resolve_model
 
 
 @pytest.fixture
@@ -56,20 +56,14 @@ def test_a_broken_built_in_provider_stops_prepare_in_one_line_before_any_stage(t
     every key changed) and the run failed inside its first stage. Now it is a load error naming the provider."""
     from importlib.metadata import EntryPoint
 
-    from kinject.api import build_spec, prepare
+    from helpers import prepare_stops_in_one_line
 
     models = registry("models")
     models.refresh()
     real = models._entry_points()
     broken = EntryPoint(name="tiny", value="kinject.training.no_such_module:TinyModel", group="kinject.models")
     monkeypatch.setattr(models, "_eps", {**real, "tiny": broken})
-    spec = build_spec({"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)},
-                       "cache_dir": str(tmp_path / "cache")})
-    with pytest.raises(PluginLoadError) as caught:
-        prepare(spec)
-    line = str(caught.value)
-    assert "\n" not in line and "model 'tiny'" in line and "no_such_module" in line
-    assert not (tmp_path / "cache" / "stages").exists()
+    prepare_stops_in_one_line(textcls_dir, tmp_path, "model 'tiny'", "no_such_module")
     models.refresh()
 
 

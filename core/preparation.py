@@ -37,7 +37,7 @@ _IMPORTED: list[bool] = []
 def import_transformers() -> None:
     """Resolve :data:`TRANSFORMERS_NAMES` once per process, one thread at a time: transformers imports its names
     lazily, and two threads resolving one at once fail ("cannot import name 'BertConfig'"), e.g. two threads calling
-    ``kinject.run`` on a fresh cache. Every run calls it once its spec is checked (:func:`prepare`)."""
+    ``kinject.run`` on a fresh cache. Every run calls it while it resolves its model (:func:`_resolve_model`)."""
     if _IMPORTED:
         return
     with _IMPORTING:
@@ -102,10 +102,13 @@ def _resolve_model(spec: RunSpec, env: Environment) -> str:
     from kinject.models import check_offline_model, resolve_model
     from kinject.registry import registry
 
-    if spec.model.name in registry("models").names():  # a named model may be built with transformers here
+    # transformers' names resolved once, one thread at a time, before anything uses them: before a named model is
+    # built, and for any other model once its name is checked (a typo stays an error before torch loads)
+    if spec.model.name in registry("models").names():
         import_transformers()
     path = resolve_model(spec.model.name, env.cache_dir)
     check_offline_model(spec.model.name, path)
+    import_transformers()
     if spec.model.revision and Path(path).exists():
         raise SpecError(f"model.revision: {spec.model.revision!r} pins a hub revision, but model "
                         f"{spec.model.name!r} is a local model ({path})")
@@ -149,9 +152,6 @@ def prepare(spec: RunSpec, resume: bool = False, command: list[str] | None = Non
         run.decided_by["presets"] = defaults.by(defaults.start_settings)
     from kinject.models import check_model
 
-    # after every typo check (an error in a second, before torch loads); before any thread of this process resolves
-    # a name of transformers lazily
-    import_transformers()
     check_model(spec.model, model_path)  # reads the model's config (transformers): after every typo check
     if spec.knowledge.exclude is None:
         _fill_exclude(run, defaults.default_exclude(run))

@@ -98,6 +98,7 @@ class _Module:
         self.defs: dict[str, list[ast.stmt]] = {}
         self.imports: dict[str, tuple[str, str | None]] = {}
         self.exports: dict[str, str] = {}  # a front door's name -> its defining module
+        self._uses: dict[str, Any] = {}
         for node in _top_level(tree.body):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 self.defs.setdefault(node.name, []).append(node)
@@ -120,6 +121,25 @@ class _Module:
         for module, names in table.items():
             target = importlib.util.resolve_name(module, self.name) if module.startswith(".") else module
             self.exports.update({name: target for name in names})
+
+    def uses(self, name: str) -> tuple[str, list[tuple[tuple[str, str | None] | None, tuple[str, ...]]]] | None:
+        """(digest of ``name``'s source, what it reads: (where a local import binds it or None, the chain)), read
+        from the tree once per file version (a run's stages share most of their definitions)."""
+        if name not in self._uses:
+            nodes = self.defs.get(name)
+            if nodes is None:
+                self._uses[name] = None
+            else:
+                digest = hashlib.sha256(self.source(nodes).encode()).hexdigest()[:16]
+                reads = []
+                for node in nodes:
+                    local: dict[str, tuple[str, str | None]] = {}
+                    for inner in ast.walk(node):
+                        if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                            local.update(_bindings(inner, self.package))
+                    reads.extend((local.get(chain[0]), chain) for chain in _references(node))
+                self._uses[name] = (digest, reads)
+        return self._uses[name]
 
     def source(self, nodes: list[ast.stmt]) -> str:
         parts = []
@@ -236,23 +256,17 @@ class _Closure:
         if (module.name, name) in self.seen:
             return
         self.seen.add((module.name, name))
-        nodes = module.defs.get(name)
-        if nodes is None:
+        uses = module.uses(name)
+        if uses is None:
             self.resolve(module, name, ())
             return
-        source = module.source(nodes)
-        digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+        digest, reads = uses
         self.found[(name, digest)] = module.name
-        for node in nodes:
-            local: dict[str, tuple[str, str | None]] = {}
-            for inner in ast.walk(node):
-                if isinstance(inner, (ast.Import, ast.ImportFrom)):
-                    local.update(_bindings(inner, module.package))
-            for chain in _references(node):
-                if chain[0] in local:
-                    self.target(*local[chain[0]], chain[1:])
-                else:
-                    self.resolve(module, chain[0], chain[1:])
+        for local, chain in reads:
+            if local is not None:
+                self.target(*local, chain[1:])
+            else:
+                self.resolve(module, chain[0], chain[1:])
 
     def resolve(self, module: _Module, name: str, attributes: tuple[str, ...]) -> None:
         """Follow ``name`` (then ``.attributes``) as module ``module`` binds it."""

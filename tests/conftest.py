@@ -89,3 +89,12 @@ def broken_dist(tmp_path, monkeypatch):
     yield root
     for kind in GROUPS:
         registry(kind).refresh()
+
+
+def pytest_collection_finish(session):
+    """What collection imported (torch, transformers, every test module) is frozen out of the garbage collector's
+    passes: the engine collects after every stage, and each pass would walk those million objects again."""
+    import gc
+
+    gc.collect()
+    gc.freeze()

@@ -15,8 +15,8 @@ SCRIPT = ROOT / "benchmarks" / "gpu_study.sh"
 TINY = ["--set", "model.name=tiny", "--set", "model.layers=1"]
 
 
-def study(*args: str, work: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "STUDY_WORK": str(work), "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1",
+def study(*args: str, work: Path, data: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **({"KINJECT_DATA_DIR": str(data)} if data else {}), "STUDY_WORK": str(work), "PYTHON": sys.executable, "HF_HUB_OFFLINE": "1",
            "DOKTRA_TEACHER": "tiny"}  # DoKTra's teachers are part 1's run folders: a tiny model here
     return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=1200)
 
@@ -43,7 +43,7 @@ def test_the_script_parses_and_names_the_study_grids_and_inputs(tmp_path):
 
 @pytest.mark.slow
 def test_every_input_is_written_and_every_study_grid_plans(tmp_path, tiny_model, data_dir):
-    done = study("--dry-run", *TINY, "--only", "*/seed-46", work=tmp_path)  # one seed of each cell plans
+    done = study("--dry-run", *TINY, "--only", "*/seed-46", work=tmp_path, data=data_dir)  # one seed of each cell plans
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     for name in ("hpo.txt", "isa_shuffled.tsv", "unrelated.tsv"):
         assert (tmp_path / "runs" / "study" / name).stat().st_size > 0, name

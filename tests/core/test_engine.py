@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,32 @@ def test_memory_is_given_back_after_each_computed_stage_not_after_a_hit(tmp_path
     assert len(released) == len(stages(tmp_path / "a")) == 2  # finetune, evaluate
     assert kinject(*run_args(textcls_dir, tmp_path / "b", "--set", "hooks.knowledge-probe.enabled=false")) == 0
     assert len(released) == 2  # all cache hits: nothing was computed, nothing to give back
+
+
+def test_a_run_freezes_what_existed_before_it_and_still_collects_its_stages_garbage():
+    """The collection after each stage skips the objects that existed before the run (gc.freeze) and still frees a
+    stage's reference cycles; the freeze ends with the run, and one that a caller made is left to that caller."""
+    code = textwrap.dedent("""
+        import gc, weakref
+        from kinject.stage_runner import _collections_skip_older_objects, release_memory
+        class Node: pass
+        def cycle():
+            a, b = Node(), Node()
+            a.b, b.a = b, a
+            return weakref.ref(a)
+        before = cycle()  # garbage when the run starts: collected then, not frozen
+        with _collections_skip_older_objects():
+            assert before() is None and gc.get_freeze_count() > 0
+            during = cycle()
+            release_memory()
+            assert during() is None
+        assert gc.get_freeze_count() == 0
+        gc.freeze()
+        kept = gc.get_freeze_count()
+        with _collections_skip_older_objects():
+            pass
+        assert gc.get_freeze_count() >= kept
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -32,7 +32,7 @@ LABELS = ("irrelevant", "relevant")
 class RetrievalConfig(PairTaskConfig):
     candidates: int = Field(20, ge=2, le=1000, description="Candidates per query (relevant + hard + random "
                             "distractors); the cross-encoder scores every one, so this sets eval cost.")
-    max_eval_queries: int | None = Field(200, ge=1, description="Queries per evaluation split (seeded sample; "
+    max_eval_queries: int | None = Field(100, ge=1, description="Queries per evaluation split (seeded sample; "
                                          "None: all).")
     max_train_queries: int | None = Field(500, ge=1, description="Training queries (seeded sample; None: all).")
     eval_sample_seed: int = Field(0, description="Seed of the evaluation query sample: fixed, so runs with "

@@ -79,11 +79,11 @@ class KimeraConfig(PluginConfig):
     max_rounds: int = Field(40, ge=1, description="Cap on masking rounds.")
     score_split: str | None = Field(None, description="Split scored for head importance and the mask search "
                                     "(default: the task's first evaluation split, e.g. dev).")
-    score_examples: int | None = Field(2000, ge=2, description="Cap on the scoring set the search metric is "
+    score_examples: int | None = Field(1000, ge=2, description="Cap on the scoring set the search metric is "
                                        "measured on: the first N examples of score_split (retrieval tasks: whole "
                                        "candidate groups, so roughly N pairs); None: the whole split (CAPR dev: "
-                                       "4000 pairs, a round ~1.7x the cost of the default; docs/kimera.md).")
-    importance_examples: int | None = Field(1000, ge=1, description="Head importance (forward+backward) on the first "
+                                       "2000 pairs at the default 100 queries, a round ~2x the cost of the default; docs/kimera.md).")
+    importance_examples: int | None = Field(500, ge=1, description="Head importance (forward+backward) on the first "
                                             "N examples of the scoring set (whole groups); the rest only runs "
                                             "forward for the metric. None: importance on the whole scoring set.")
     score_batch_size: int = Field(32, ge=1, description="Batch size of importance scoring.")

@@ -122,3 +122,14 @@ def test_mask_files_round_trip_and_reject_bad_masks(tmp_path):
     (tmp_path / "broken.json").write_text("{\n  \"hard\": [1,\n")
     with pytest.raises(DataError, match="broken.json"):
         load_mask(tmp_path / "broken.json", "hard")
+
+
+def test_the_search_estimate_counts_the_rounds_that_mask_most_heads():
+    """A search at rho 0.1 masks ~70 % of the heads (the paper's CAPR mask; the headline's: 79 %) before it stops:
+    about 14 scored rounds, not 4 (the headline's took 17, 3x its old estimate); max_rounds caps it."""
+    from kinject.plugins.kimera.search import expected_rounds
+
+    assert expected_rounds(0.1, 40) == 14  # round 0, 12 kept (1 - 0.9**12 = 72 % masked), the failing one
+    assert expected_rounds(0.5, 40) == 4
+    assert expected_rounds(1.0, 40) == 3
+    assert expected_rounds(0.1, 3) == 4  # rounds 0..3

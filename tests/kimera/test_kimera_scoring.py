@@ -99,7 +99,7 @@ def test_mask_stage_stores_round_predictions_and_the_report_adds_intervals_and_w
 
     stages, context = _mask_stage_run(tmp_path, textcls_dir, tiny_model, monkeypatch)
     stage, report = stages["kimera-mask-hard"], stages["kimera-search-report"]
-    assert stage.config.scoring.examples == 2000 and stage.config.scoring.importance_examples == 1000  # defaults
+    assert stage.config.scoring.examples == 1000 and stage.config.scoring.importance_examples == 500  # defaults
     assert report.inputs == ("kimera-mask-hard",) and report.config.search_stage == "kimera-mask-hard"
     searched = context("mask", {})
     with caplog.at_level(logging.WARNING, logger="kinject"):

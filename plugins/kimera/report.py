@@ -27,7 +27,7 @@ class ReportConfig(StageConfig):
     model_stage: str  # the input stage whose model/ (the KIMERA task model) is scored
 
     def cost(self, run) -> float:
-        return self.scoring.flops(run, 1)
+        return self.scoring.flops(run, 1, metric=False)  # importance only: the metric is not scored
 
 
 def report_body(cfg: ReportConfig, ctx: StageContext) -> None:

@@ -34,12 +34,13 @@ class ScoringConfig(StageConfig):
     seed: int | None = None  # None: the first `examples`; else a seeded random draw of whole groups
     bf16: bool = False  # importance and metric passes under bfloat16 autocast (training.bf16; same masks, 1.3x)
 
-    def flops(self, run, rounds: int) -> float:
-        """``rounds`` of importance (forward + backward on the first importance_examples) and metric passes."""
+    def flops(self, run, rounds: int, metric: bool = True) -> float:
+        """``rounds`` of importance (forward + backward on the first importance_examples) and, with ``metric``, of
+        the forward-only metric pass over the rest of the scoring set."""
         from kinject.training import scored_flops
 
-        every = scored_flops(run, self.task, self.split, self.max_length, self.examples)
         first = scored_flops(run, self.task, self.split, self.max_length, self.importance_examples or self.examples)
+        every = scored_flops(run, self.task, self.split, self.max_length, self.examples) if metric else first
         return rounds * (every + 2 * first)
 
 

@@ -69,3 +69,14 @@ def test_bench_peft_tiny_cpu(tmp_path):
     trainable = {method: int(cells[2].split()[0].replace(",", "")) for method, cells in rows.items()}
     assert trainable["ia3"] < trainable["lora"] < trainable["full"]  # peft trains a small share, the head included
     assert rows["full"][4] == "1.00x" and all(float(cells[3]) > 0 for cells in rows.values())
+
+
+@pytest.mark.slow
+def test_bench_quick_times_a_supported_pair_and_names_an_unsupported_one(tmp_path, tiny_model, data_dir, monkeypatch):
+    from benchmarks.bench_quick import run_quick
+
+    monkeypatch.setenv("KINJECT_DATA_DIR", str(data_dir))
+    ran = run_quick("finetune", "hpo-isa", "tiny", "native")
+    assert ran["rc"] == 0 and ran["supported"] and ran["seconds"] > 0, ran
+    refused = run_quick("doktra", "ncbi-disease", "tiny", "native")
+    assert refused["rc"] == 2 and not refused["supported"] and "token tagging" in refused["reason"], refused

@@ -32,15 +32,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def estimates(data: dict) -> dict[str, tuple[str, float, str]]:
-    """Stage key -> (stage name, estimated seconds, how) of the run ``data`` (a spec dict), as --dry-run has them."""
+    """Stage folder -> (stage name, estimated seconds, how) of the run ``data`` (a spec dict), as --dry-run has them."""
     from kinject.api import build_spec, prepare_runs
     from kinject.cli.estimate import Estimator, stage_estimates
 
     run, = prepare_runs(build_spec(data), dry_run=True, announce=lambda line: None)
     estimator = Estimator(run.env.cache_dir, bool(run.spec.training.bf16))
     runs = [member for _, member, _ in run.members if member is not None] or [run]
-    return {p.key: (p.stage.name, guess.seconds, guess.how) for r in runs for p, guess in stage_estimates(r, estimator)
-            if guess is not None}
+    return {str(p.folder): (p.stage.name, guess.seconds, guess.how) for r in runs
+            for p, guess in stage_estimates(r, estimator) if guess is not None}
 
 
 def kinject(*args: str) -> float:
@@ -50,15 +50,16 @@ def kinject(*args: str) -> float:
     return time.perf_counter() - start
 
 
-def actual(cache: Path, name: str, key: str) -> float | None:
-    record = cache / "stages" / name / key / "stage.json"
+def actual(folder: Path) -> float | None:
+    """A computed stage's seconds, from the stage.json in its cache folder."""
+    record = folder / "stage.json"
     return float(json.loads(record.read_text())["seconds"]) if record.is_file() else None
 
 
-def compare(case: str, cache: Path, guessed: dict, wall: float) -> list[dict]:
+def compare(case: str, guessed: dict, wall: float) -> list[dict]:
     rows = []
-    for key, (name, seconds, how) in guessed.items():
-        real = actual(cache, name, key)
+    for folder, (name, seconds, how) in guessed.items():
+        real = actual(Path(folder))
         rows.append({"case": case, "stage": name, "estimate_s": seconds, "actual_s": real, "how": how,
                      "ratio": real / seconds if real else None})
     rows.append({"case": case, "stage": "(all stages)", "estimate_s": sum(r["estimate_s"] for r in rows),
@@ -70,7 +71,7 @@ def compare(case: str, cache: Path, guessed: dict, wall: float) -> list[dict]:
 def run_case(spec: dict, args: list[str], case: str) -> list[dict]:
     guessed = estimates(spec)
     wall = kinject("run", *args)
-    return compare(case, Path(spec["cache_dir"]), guessed, wall)
+    return compare(case, guessed, wall)
 
 
 def spec_of(strategy: str, task: str, model: str | None, cache: Path, out: Path, seed: int = 42,

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 log = logging.getLogger("kinject")
 
-STAGE_S = 2.0  # a stage's fixed cost besides data and model (set-up, writing, releasing memory)
+STAGE_S = 0.5  # a stage's fixed cost besides data and model (set-up, writing, releasing memory; docs/benchmarks.md)
 OVERHEAD_S = 5.0  # the fixed cost of a past run that recorded none (computed before stages recorded it)
 SIMILAR = 3.0  # past runs within this factor of FLOPs correct an estimate
 SPEED_FILE = "machine-speed.json"

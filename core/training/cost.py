@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 SAMPLE = 200  # examples featurized to measure a split's tokens
-LOAD_S = 0.5  # loading a model: this plus its weights at LOAD_BYTES_PER_S
+LOAD_S = 0.1  # loading a model: this plus its weights at LOAD_BYTES_PER_S (tiny: 0.1 s; minilm: 0.7 s)
 LOAD_BYTES_PER_S = 150e6
 
 

@@ -16,8 +16,8 @@ from kinject.api import FILE_PATH
 
 TRIPLE_SUFFIXES = (".tsv", ".csv", ".jsonl", ".txt", ".tsv.gz", ".csv.gz", ".jsonl.gz", ".txt.gz")
 HSDN_HEADER = ("symptom_name", "disease_name", "tfidf_score")
-PARSE_BYTES_PER_S = 4e6  # parsing triples files (the HPO's 64 MB: ~17 s on a loaded 2-core machine)
-KEPT_BYTES_PER_S = 15e6  # reading a kept parse back (its 41 MB: ~3 s there)
+PARSE_BYTES_PER_S = 16e6  # parsing triples files (the HPO's 64 MB: 2.7 CPU-s idle, ~4 s here; docs/benchmarks.md)
+KEPT_BYTES_PER_S = 40e6  # reading a kept parse back (its 41 MB: 0.6 CPU-s idle, ~1 s here)
 
 
 class TriplesSourceBase(KnowledgeSource):

@@ -34,6 +34,9 @@ log = logging.getLogger("kinject")
 
 #: ``--quick`` for a strategy without a quick protocol of its own
 QUICK: dict[str, dict[str, Any]] = {"training": {"max_steps": 30}}
+#: what every quick protocol adds unless it sets it: the last weights, so no dev pass after each (tiny) epoch
+#: (a 30-step quick try on 64 CAPR queries scored dev 4 times; docs/benchmarks.md, "--quick with minilm")
+QUICK_TRAINING: dict[str, Any] = {"selection": "last"}
 MIN_DEV_UNITS = 32  # fewer dev units than this cannot rank checkpoints: the last weights are kept
 HEAD_RATE_FACTOR = 200  # a fresh head's learning rate: this many times the encoder's (5e-5 -> 1e-2)
 MAX_HEAD_RATE = 2e-2
@@ -121,6 +124,8 @@ def with_protocol(spec) -> tuple[Any, dict[str, Any]]:
     if presets is None:
         known = ", ".join(["kinject", *cls.protocols])
         raise SpecError(f"protocol: strategy {spec.strategy.name!r} has no {spec.protocol!r} protocol (has: {known})")
+    if spec.protocol == "quick":
+        presets = {**presets, "training": {**QUICK_TRAINING, **presets.get("training", {})}}
     check_protocol(cls, spec.protocol, presets)
     return apply_protocol(spec, presets)
 

@@ -57,3 +57,19 @@ def test_pretrain_without_a_corpus_or_data_falls_back_to_the_tasks_own_text(tmp_
     assert "task-adaptive pretraining" in caplog.text
     corpus = json.loads((out / "corpus.json").read_text())
     assert corpus["train_texts"] > 0
+
+
+def test_quick_keeps_the_last_weights_unless_the_user_sets_the_selection(tmp_path, tiny_model):
+    """A quick try's epochs are a few steps each: dev selection would score dev after every one of them."""
+    from kinject.api import build_spec, prepare_runs
+
+    def selection(**training) -> tuple[str, set]:
+        data = {"strategy": {"name": "kimera"}, "task": {"name": "hpo-isa"}, "model": {"name": "tiny"},
+                "protocol": "quick", "training": {"limit": 64, **training}, "cache_dir": str(tmp_path / "c"),
+                "data_dir": str(tmp_path / "empty")}
+        run, = prepare_runs(build_spec(data), dry_run=True, announce=lambda line: None)
+        return run.spec.training.selection, run.spec.training.model_fields_set
+
+    chosen, set_fields = selection()
+    assert chosen == "last" and "selection" in set_fields  # the protocol's, counted as set (recorded in run.json)
+    assert selection(selection="best")[0] == "best"

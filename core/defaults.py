@@ -125,7 +125,8 @@ def with_protocol(spec) -> tuple[Any, dict[str, Any]]:
         known = ", ".join(["kinject", *cls.protocols])
         raise SpecError(f"protocol: strategy {spec.strategy.name!r} has no {spec.protocol!r} protocol (has: {known})")
     if spec.protocol == "quick":
-        presets = {**presets, "training": {**QUICK_TRAINING, **presets.get("training", {})}}
+        presets = {**presets, "training": {**presets.get("training", {}),
+                                           **{k: v for k, v in QUICK_TRAINING.items() if k not in presets.get("training", {})}}}
     check_protocol(cls, spec.protocol, presets)
     return apply_protocol(spec, presets)
 

@@ -48,7 +48,7 @@ def test_every_command_of_the_section_runs_offline(tmp_path):
     assert set(metrics["test"]) >= {"accuracy", "f1_macro"}
     records = [json.loads(line) for line in (tmp_path / "runs/notes/predictions/test.jsonl").read_text().splitlines()]
     assert [r["id"] for r in records] == ["t1", "t2", "t3"]  # the ids the files give
-    assert "protocol quick: training.max_steps=30" in outputs[0]
+    assert "protocol quick: training.max_steps=30, training.selection=last" in outputs[0]
     assert "the dev split has 1 group (its 2 examples, one unit per group)" in outputs[1]  # the groups were read
 
 

@@ -11,7 +11,8 @@ def test_the_protocol_is_applied_to_the_fields_the_user_left_and_recorded(tmp_pa
     data = {"model": {"name": "tiny"}, "task": {"name": "textcls", "path": str(textcls_dir)}, "protocol": "quick",
             "training": {"learning_rate": 1e-4}, "cache_dir": str(tmp_path)}
     run = prepare(build_spec(data))
-    assert run.protocol == {"training.max_steps": 30} and run.spec.training.max_steps == 30
+    assert run.protocol == {"training.max_steps": 30, "training.selection": "last"}  # quick: the last weights
+    assert run.spec.training.max_steps == 30
     assert "max_steps" in run.spec.training.model_fields_set  # a protocol's fields count as set: no recommended value
     assert run.spec.training.learning_rate == 1e-4  # the user's own setting is kept
     assert run.decided_by["presets"] == "kinject.defaults.start_settings"
@@ -49,7 +50,7 @@ def test_the_settings_a_run_starts_from_are_announced_in_every_entry_point(tmp_p
     args = ["run", "finetune", "--task", "textcls", "--set", f"task.path={textcls_dir}", "--model", "tiny", "--quick",
             "--dry-run", "--cache-dir", str(tmp_path)]
     assert run_kinject(*args) == 0
-    assert "protocol quick: training.max_steps=30" in capsys.readouterr().out.splitlines()
+    assert "protocol quick: training.max_steps=30, training.selection=last" in capsys.readouterr().out.splitlines()
     monkeypatch.setattr(registry("tasks").get("textcls"), "recommended", {"training": {"head_learning_rate": 2e-2}})
     with caplog.at_level(logging.INFO, logger="kinject"):
         prepare_runs(build_spec({"task": {"name": "textcls", "path": str(textcls_dir)}, "model": {"name": "tiny"},

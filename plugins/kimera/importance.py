@@ -131,10 +131,10 @@ class MaskSearch:
 
 def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, metric: Callable[[np.ndarray], float],
                 rho: float = 0.1, tau: float = 0.95, soft: bool = False, max_rounds: int = 50,
-                observe: Callable[[int, np.ndarray], None] | None = None,
+                rho_of: str = "active", observe: Callable[[int, np.ndarray], None] | None = None,
                 metric_batches: Sequence[dict] = (), bf16: bool = False) -> MaskSearch:
-    """Iteratively mask a proportion ``rho`` of the still-active heads with the lowest importance,
-    re-scoring after each step, until the metric falls below ``tau`` x the unmasked metric; returns
+    """Iteratively mask a proportion ``rho`` of the heads with the lowest importance (``rho_of``: of the still-active
+    heads, or of all heads as HF bertology's ``run_prune.py`` does), re-scoring after each step, until the metric falls below ``tau`` x the unmasked metric; returns
     the last mask that kept it. Hard: masked heads get gate 0. Soft: they keep the normalised I_h of
     the round that made them candidates (also their gate in later rounds). Metrics: higher is better.
 
@@ -176,7 +176,7 @@ def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, me
         if remaining == 0 or round_no == max_rounds:
             search.stopped = "every_head_masked" if remaining == 0 else "max_rounds"
             break
-        n = max(1, int(round(rho * remaining)))
+        n = min(remaining, max(1, int(round(rho * (remaining if rho_of == "active" else active.numel())))))
         scores = importance.masked_fill(~active, float("inf")).flatten()
         chosen = torch.argsort(scores, stable=True)[:n]
         flat_mask, flat_active = mask.view(-1), active.view(-1)

@@ -28,10 +28,13 @@ ROUND_PREDICTIONS = "round-predictions.jsonl.gz"  # one line per search round: {
 EXPECTED_MASKED = 0.7
 
 
-def expected_rounds(rho: float, max_rounds: int) -> int:
+def expected_rounds(rho: float, max_rounds: int, rho_of: str = "active") -> int:
     """Rounds a search is expected to score: round 0, the kept rounds that mask :data:`EXPECTED_MASKED` of the heads
-    at ``rho`` a round, and the round that fails."""
-    kept = math.ceil(math.log(1 - EXPECTED_MASKED) / math.log(1 - rho)) if rho < 1 else 1
+    at ``rho`` a round (of the still-active heads or of all heads), and the round that fails."""
+    if rho_of == "all":
+        kept = math.ceil(EXPECTED_MASKED / rho)
+    else:
+        kept = math.ceil(math.log(1 - EXPECTED_MASKED) / math.log(1 - rho)) if rho < 1 else 1
     return min(max_rounds + 1, kept + 2)
 
 
@@ -41,13 +44,14 @@ class MaskConfig(StageConfig):
     kind: Literal["hard", "soft"]
     tau: float
     rho: float
+    rho_of: Literal["all", "active"]
     max_rounds: int
     scoring: ScoringConfig
     finetuned_model: ModelRef | None = None  # a given task model instead of model_stage's
     model_stage: str | None = None  # the input stage whose model/ is scored (None: finetuned_model)
 
     def cost(self, run) -> float:
-        return self.scoring.flops(run, expected_rounds(self.rho, self.max_rounds))
+        return self.scoring.flops(run, expected_rounds(self.rho, self.max_rounds, self.rho_of))
 
 
 def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
@@ -66,7 +70,7 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
 
     predictions = RoundPredictions(task, env, scoring.split, chosen)
     result = search_mask(model, chosen.batches, head.problem_type, metric, cfg.rho, cfg.tau,
-                         soft=cfg.kind == "soft", max_rounds=cfg.max_rounds, observe=predictions,
+                         soft=cfg.kind == "soft", max_rounds=cfg.max_rounds, rho_of=cfg.rho_of, observe=predictions,
                          metric_batches=chosen.metric_batches, bf16=scoring.bf16)
     save_masks(ctx.out / "masks.json", **{cfg.kind: result.mask, "importance": result.first_importance})
     if predictions.rounds:
@@ -81,7 +85,7 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
                "importance_examples": importance,
                "units": len(predictions.rounds[0]) if predictions.rounds else None,
                "baseline": result.baseline, "tau": cfg.tau, "threshold": threshold, "rho": cfg.rho,
-               "stopped": result.stopped, "rounds": result.rounds, "masked_heads": result.redundant,
+               "rho_of": cfg.rho_of,               "stopped": result.stopped, "rounds": result.rounds, "masked_heads": result.redundant,
                "heads": int(result.mask.numel()), "no_redundant_heads": result.redundant == 0, "warning": warning}
     (ctx.out / "search.json").write_text(json.dumps(summary, indent=2))
 

@@ -179,6 +179,13 @@ def test_mask_search_stops_at_threshold_and_keeps_last_good_mask():
     # rho of the remaining heads per round: 8 -> 2 masked, then 6 -> 2 (round(1.5)), ...
     assert [r["masked"] for r in hard.rounds[:2]] == [0, 2][: len(hard.rounds[:2])]
 
+    # rho of all heads per round (HF bertology's run_prune.py): 2 of the 8 every round, the last round what is left
+    steady = search_mask(model, batches, "single_label_classification", lambda _: 1.0, rho=0.25, tau=0.5,
+                         rho_of="all")
+    assert [r["masked"] for r in steady.rounds] == [0, 2, 4, 6, 8] and steady.stopped == "every_head_masked"
+    fewer = search_mask(model, batches, "single_label_classification", lambda _: 1.0, rho=0.375, tau=0.5,
+                        rho_of="all")
+    assert [r["masked"] for r in fewer.rounds] == [0, 3, 6, 8]  # round(0.375 x 8) = 3, capped by the 2 left
     everything = search_mask(model, batches, "single_label_classification", lambda _: 1.0, rho=0.5, tau=0.5)
     assert int(everything.mask.sum()) == 0  # a metric that never falls masks every head
     soft = search_mask(model, batches, "single_label_classification", lambda _: 1.0, rho=0.5, tau=0.5, soft=True)

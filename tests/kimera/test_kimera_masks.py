@@ -133,3 +133,5 @@ def test_the_search_estimate_counts_the_rounds_that_mask_most_heads():
     assert expected_rounds(0.5, 40) == 4
     assert expected_rounds(1.0, 40) == 3
     assert expected_rounds(0.1, 3) == 4  # rounds 0..3
+    assert expected_rounds(0.1, 40, "all") == 9  # 10 % of all heads a round: 7 kept rounds reach 70 %
+    assert expected_rounds(0.1, 3, "all") == 4

@@ -99,7 +99,8 @@ def test_mask_stage_stores_round_predictions_and_the_report_adds_intervals_and_w
 
     stages, context = _mask_stage_run(tmp_path, textcls_dir, tiny_model, monkeypatch)
     stage, report = stages["kimera-mask-hard"], stages["kimera-search-report"]
-    assert stage.config.scoring.examples == 1000 and stage.config.scoring.importance_examples == 500  # defaults
+    assert stage.config.scoring.examples == 500 and stage.config.scoring.importance_examples == 250  # defaults
+    assert stage.config.rho_of == "all"  # HF bertology's convention, the default
     assert report.inputs == ("kimera-mask-hard",) and report.config.search_stage == "kimera-mask-hard"
     searched = context("mask", {})
     with caplog.at_level(logging.WARNING, logger="kinject"):

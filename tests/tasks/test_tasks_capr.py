@@ -166,7 +166,7 @@ def test_hpo_default_and_zero_shot_settings(tmp_path, capr_dir):
     assert len(test) > 1000
     terms = {term.id: term for term in iter_terms(capr.hpo_obo_path())}
     for query in test[:50]:
-        assert len(query["candidates"]) == 20 and sum(c["relevant"] for c in query["candidates"]) == 1
+        assert len(query["candidates"]) == 10 and sum(c["relevant"] for c in query["candidates"]) == 1
         term = terms[query["qid"]]
         assert query["query"] in [term.name, *term.synonyms]
         pids = {c["pid"] for c in query["candidates"]}

@@ -35,8 +35,7 @@ class RetrievalConfig(PairTaskConfig):
                             "studies use 20-50).")
     max_eval_queries: int | None = Field(100, ge=1, description="Queries per evaluation split (seeded sample; "
                                          "None: all).")
-    max_train_queries: int | None = Field(250, ge=1, description="Training queries (seeded sample; None: "
-                                          "all).")
+    max_train_queries: int | None = Field(500, ge=1, description="Training queries (seeded sample; None: all).")
     eval_sample_seed: int = Field(0, description="Seed of the evaluation query sample: fixed, so runs with "
                                   "different seeds (--repeats) are scored on the same queries.")
     train_negatives: int = Field(1, ge=0, le=100, description="Non-relevant passages per training query "

@@ -120,7 +120,8 @@ class ContextStrategy(Strategy):
     Config: ClassVar = ContextConfig
     consumes: ClassVar[frozenset[str]] = frozenset({"triples"})
     task_kinds: ClassVar[frozenset[str]] = frozenset({"sequence"})  # added text would shift a token task's tags
-    protocols: ClassVar[dict] = {"quick": {"training": {"max_steps": 30}}}  # kinject run --quick
+    #: kinject run --quick: 32 words of context, not 96 (inputs about half as long: a quick try on CAPR took 213 s)
+    protocols: ClassVar[dict] = {"quick": {"strategy": {"max_words": 32}, "training": {"max_steps": 30}}}
 
     @staticmethod
     def label(config: ContextConfig) -> str:

@@ -28,6 +28,9 @@ from typing import Any, Iterator
 log = logging.getLogger("kinject")
 
 STAGE_S = 0.5  # a stage's fixed cost besides data and model (set-up, writing, releasing memory; docs/benchmarks.md)
+#: a choice's fold run besides its stages: preparing the fold's run and its splits (a grid cell's 10 tiny fold runs took
+#: 3.2 s each on a 2-core AVX2 EPYC, about 1.8 s on the AMX class; docs/benchmarks.md)
+FOLD_RUN_S = 1.5
 OVERHEAD_S = 5.0  # the fixed cost of a past run that recorded none (computed before stages recorded it)
 SIMILAR = 3.0  # past runs within this factor of FLOPs correct an estimate
 SPEED_FILE = "machine-speed.json"
@@ -293,5 +296,5 @@ def choice_estimate(run_ctx, estimator) -> tuple[int, float] | None:
         return None
     with dry_running():
         fold = prepare(build_spec(planned["fold_spec"]))
-    each = sum(guess.seconds for _, guess in stage_estimates(fold, estimator) if guess is not None)
+    each = FOLD_RUN_S + sum(guess.seconds for _, guess in stage_estimates(fold, estimator) if guess is not None)
     return planned["fold_runs"], each

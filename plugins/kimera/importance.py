@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 import torch
@@ -131,11 +131,11 @@ class MaskSearch:
 
 def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, metric: Callable[[np.ndarray], float],
                 rho: float = 0.1, tau: float = 0.95, soft: bool = False, max_rounds: int = 50,
-                rho_of: str = "active", observe: Callable[[int, np.ndarray], None] | None = None,
+                rho_of: Literal["active", "all"] = "active", observe: Callable[[int, np.ndarray], None] | None = None,
                 metric_batches: Sequence[dict] = (), bf16: bool = False) -> MaskSearch:
     """Iteratively mask a proportion ``rho`` of the heads with the lowest importance (``rho_of``: of the still-active
-    heads, or of all heads as HF bertology's ``run_prune.py`` does), re-scoring after each step, until the metric falls below ``tau`` x the unmasked metric; returns
-    the last mask that kept it. Hard: masked heads get gate 0. Soft: they keep the normalised I_h of
+    heads, or of all heads as HF bertology's ``run_prune.py`` does), re-scoring after each step, until the metric
+    falls below ``tau`` x the unmasked metric; returns the last mask that kept it. Hard: masked heads get gate 0. Soft: they keep the normalised I_h of
     the round that made them candidates (also their gate in later rounds). Metrics: higher is better.
 
     ``batches`` are scored for importance (forward+backward) and ``metric_batches`` only run forward: the

@@ -85,7 +85,8 @@ def mask_body(cfg: MaskConfig, ctx: StageContext) -> None:
                "importance_examples": importance,
                "units": len(predictions.rounds[0]) if predictions.rounds else None,
                "baseline": result.baseline, "tau": cfg.tau, "threshold": threshold, "rho": cfg.rho,
-               "rho_of": cfg.rho_of,               "stopped": result.stopped, "rounds": result.rounds, "masked_heads": result.redundant,
+               "rho_of": cfg.rho_of, "stopped": result.stopped, "rounds": result.rounds,
+               "masked_heads": result.redundant,
                "heads": int(result.mask.numel()), "no_redundant_heads": result.redundant == 0, "warning": warning}
     (ctx.out / "search.json").write_text(json.dumps(summary, indent=2))
 

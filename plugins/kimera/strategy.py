@@ -79,7 +79,7 @@ class KimeraConfig(PluginConfig):
     rho_of: Literal["all", "active"] = Field(
         "all", description="What rho is a share of: all heads (HF bertology's run_prune.py: round(rho x 72) = 7 "
         "heads a round for minilm) or the still-active heads (smaller steps near the threshold, about twice the "
-        "rounds: 17 against 9 in the headline's search; docs/kimera.md).")
+        "rounds: 17 against 8 in the headline's search; docs/kimera.md).")
     max_rounds: int = Field(40, ge=1, description="Cap on masking rounds.")
     score_split: str | None = Field(None, description="Split scored for head importance and the mask search "
                                     "(default: the task's first evaluation split, e.g. dev).")

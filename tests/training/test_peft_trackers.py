@@ -105,5 +105,5 @@ def test_quick_applies_the_strategy_s_quick_protocol_and_a_task_limit(tmp_path, 
                    "--quick", "--dry-run") == 0
     out = capsys.readouterr().out
     assert "protocol: quick" in out and "limit: 64" in out
-    assert "partitions: 4" in out and "kg_max_triples: 2000" in out and "max_steps: 30" in out
+    assert "partitions: 2" in out and "kg_max_triples: 2000" in out and "max_steps: 30" in out
     assert "trains on: task textcls train split" in out

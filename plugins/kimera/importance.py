@@ -135,8 +135,9 @@ def search_mask(model: nn.Module, batches: Sequence[dict], problem_type: str, me
                 metric_batches: Sequence[dict] = (), bf16: bool = False) -> MaskSearch:
     """Iteratively mask a proportion ``rho`` of the heads with the lowest importance (``rho_of``: of the still-active
     heads, or of all heads as HF bertology's ``run_prune.py`` does), re-scoring after each step, until the metric
-    falls below ``tau`` x the unmasked metric; returns the last mask that kept it. Hard: masked heads get gate 0. Soft: they keep the normalised I_h of
-    the round that made them candidates (also their gate in later rounds). Metrics: higher is better.
+    falls below ``tau`` x the unmasked metric; returns the last mask that kept it. Hard: masked heads get gate 0.
+    Soft: they keep the normalised I_h of the round that made them candidates (also their gate in later rounds).
+    Metrics: higher is better.
 
     ``batches`` are scored for importance (forward+backward) and ``metric_batches`` only run forward: the
     metric sees the logits of both, in that order. ``bf16``: every pass under bfloat16 autocast.

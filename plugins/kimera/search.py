@@ -28,7 +28,7 @@ ROUND_PREDICTIONS = "round-predictions.jsonl.gz"  # one line per search round: {
 EXPECTED_MASKED = 0.7
 
 
-def expected_rounds(rho: float, max_rounds: int, rho_of: str = "active") -> int:
+def expected_rounds(rho: float, max_rounds: int, rho_of: Literal["all", "active"] = "active") -> int:
     """Rounds a search is expected to score: round 0, the kept rounds that mask :data:`EXPECTED_MASKED` of the heads
     at ``rho`` a round (of the still-active heads or of all heads), and the round that fails."""
     if rho_of == "all":
